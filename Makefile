@@ -1,0 +1,57 @@
+# Every target installs what it needs: `setup` runs first whenever .venv is missing or stale.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PARAMS ?= params/default.yaml
+BENCH_OUT ?= outputs/bench
+# Cluster files, Jupyter and matplotlib state stay inside the project (see FINDINGS: ipcluster stop).
+export IPYTHONDIR := $(CURDIR)/.ipython
+export JUPYTER_CONFIG_DIR := $(CURDIR)/.jupyter
+export JUPYTER_DATA_DIR := $(CURDIR)/.jupyter/data
+export JUPYTER_RUNTIME_DIR := $(CURDIR)/.jupyter/runtime
+export MPLCONFIGDIR := $(CURDIR)/.cache/matplotlib
+export MPLBACKEND := Agg
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: setup test test-slow lint bench report lab data clean kernel
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "ddlstudy (.venv)" >/dev/null
+	touch $(STAMP)
+
+kernel: setup
+	$(PY) -m ipykernel install --user --name ddlstudy --display-name "ddlstudy" >/dev/null
+
+lint: setup
+	$(VENV)/bin/ruff check lib tests
+
+test: setup
+	$(VENV)/bin/ruff check lib tests
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) -m ddlstudy.bench collectives --ranks 4 -b 8 -e 64M -f 2 -n 10 -w 3 --out $(BENCH_OUT)/collectives
+	$(PY) -m ddlstudy.bench train --out $(BENCH_OUT)/train
+
+report: setup
+	$(PY) -m ddlstudy.report --params $(PARAMS)
+
+lab: setup kernel
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+data: setup
+	$(PY) -m ddlstudy.data fetch --dest data
+
+clean:
+	-$(PY) -m ddlstudy.cluster --stop-all 2>/dev/null
+	rm -rf .ipython .jupyter .cache

@@ -1,0 +1,28 @@
+"""`python -m ddlstudy.bench <collectives|train> [flags]`: one sub-module per benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+BENCHMARKS = {
+    "collectives": "ddlstudy.bench.collectives",
+    "train": "ddlstudy.bench.train",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.bench")
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+    modules = {}
+    for name, module_name in BENCHMARKS.items():
+        module = importlib.import_module(module_name)
+        modules[name] = module
+        module.add_arguments(sub.add_parser(name, help=(module.__doc__ or "").strip().split("\n")[0]))
+    args = parser.parse_args(argv)
+    return int(modules[args.benchmark].main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
