@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, module_name in BENCHMARKS.items():
         module = importlib.import_module(module_name)
         modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=(module.__doc__ or "").strip().split("\n")[0]))
+        summary = (module.__doc__ or "").strip().split("\n")[0]
+        module.add_arguments(sub.add_parser(name, help=summary))
     args = parser.parse_args(argv)
     return int(modules[args.benchmark].main(args) or 0)
 

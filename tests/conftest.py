@@ -1,0 +1,34 @@
+"""Shared fixtures: one real local ipyparallel cluster per session (starting one costs ~10 s)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("IPYTHONDIR", str(ROOT / ".ipython"))
+os.environ.setdefault("MPLCONFIGDIR", str(ROOT / ".cache" / "matplotlib"))
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from ddlstudy.cluster import Cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """Four local engines; tests re-init the process group for the world size they need."""
+    with Cluster(workers=4, collective_timeout_s=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def cluster8() -> Iterator[Cluster]:
+    with Cluster(workers=8, collective_timeout_s=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT

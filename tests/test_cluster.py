@@ -1,0 +1,76 @@
+"""The cluster really starts engines, ranks them, runs collectives, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from ddlstudy import cluster as cl
+from ddlstudy.cluster import Cluster, ClusterError
+
+
+def test_ranks_hosts_devices(cluster: Cluster) -> None:
+    infos = cluster.info()
+    assert [i["rank"] for i in infos] == [0, 1, 2, 3]
+    assert len({i["pid"] for i in infos}) == 4
+    assert all(i["device"] == "cpu" for i in infos)
+    assert all(psutil.pid_exists(i["pid"]) for i in infos)
+
+
+def test_process_group_and_pingpong(cluster: Cluster) -> None:
+    cluster.init_process_group(world_size=3)
+    rows = cluster.run(cl.pingpong, [8, 4096], 3, 1)
+    assert rows[1] == [] and rows[2] == []
+    assert [(r["peer"], r["size_bytes"]) for r in rows[0]] == [(1, 8), (1, 4096), (2, 8),
+                                                              (2, 4096)]
+    assert all(r["latency_us"] > 0 and r["bandwidth_gbps"] > 0 for r in rows[0])
+
+
+def test_world_size_larger_than_cluster_is_a_clear_error(cluster: Cluster) -> None:
+    with pytest.raises(ClusterError, match="--workers 5"):
+        cluster.init_process_group(world_size=5)
+
+
+def test_engine_error_names_rank_and_type(cluster: Cluster) -> None:
+    with pytest.raises(ZeroDivisionError, match="rank 0"):
+        cluster.run(divmod, 1, 0, world_size=1)
+
+
+def test_bad_worker_count() -> None:
+    with pytest.raises(ClusterError, match="positive integer"):
+        Cluster(workers=0)
+
+
+def test_bad_profile_is_one_clear_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
+    with pytest.raises(ClusterError, match="ipcluster start --profile=nosuch"):
+        Cluster(profile="nosuch", start_timeout_s=3).start()
+
+
+def test_stop_leaves_no_process_behind() -> None:
+    c = Cluster(workers=2).start()
+    engine_pids = [i["pid"] for i in c.info()]
+    all_pids = set(c._pids)
+    assert set(engine_pids) <= all_pids and len(all_pids) > len(engine_pids)  # + controller etc.
+    c.init_process_group()
+    c.stop()
+    alive = [p for p in all_pids if psutil.pid_exists(p)
+             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+
+
+def test_kill_after_grace_kills_what_ignores_sigterm() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+                             "print('ready', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    survivors = cl.kill_after_grace({proc.pid}, 0.5)
+    assert survivors == [proc.pid]
+    assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == "zombie"
+    assert os.getpid() not in survivors
