@@ -162,11 +162,9 @@ def pingpong(sizes: Sequence[int], iters: int = 10, warmup: int = 2) -> list[dic
 # ----------------------------------------------------------------------------- driver side
 def project_ipythondir() -> Path:
     """Cluster files live inside the project so `ipcluster stop` (and we) can find them."""
-    here = Path(__file__).resolve()
-    for parent in [Path.cwd(), *Path.cwd().parents, *here.parents]:
-        if (parent / "pyproject.toml").exists() and (parent / "lib" / "ddlstudy").is_dir():
-            return parent / ".ipython"
-    return Path.cwd() / ".ipython"
+    from ddlstudy.records import project_root
+
+    return project_root() / ".ipython"
 
 
 def _ensure_ipythondir() -> str:

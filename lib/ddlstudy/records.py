@@ -23,6 +23,15 @@ _PACKAGES = ("ddlstudy", "torch", "numpy", "pandas", "ipyparallel", "papermill",
              "horovod")
 
 
+def project_root() -> Path:
+    """The checkout this code runs from (or the working directory when installed elsewhere)."""
+    here = Path(__file__).resolve()
+    for parent in [Path.cwd(), *Path.cwd().parents, *here.parents]:
+        if (parent / "pyproject.toml").exists() and (parent / "lib" / "ddlstudy").is_dir():
+            return parent
+    return Path.cwd()
+
+
 def git_sha(repo: Path | None = None) -> str:
     """The commit that produced a record; '+dirty' when the tree had uncommitted changes."""
     cwd = repo or Path(__file__).resolve().parent

@@ -1,0 +1,184 @@
+"""Run the study's notebooks with papermill, then render them and an index page to HTML.
+
+    python -m ddlstudy.report --params params/default.yaml [--params more.yaml] [--out DIR]
+
+Each chapter runs into `outputs/<run-id>/`; a chapter whose executed copy and `.done.json` exist
+for the same parameters is skipped, so an interrupted run resumes where it stopped. A failing
+chapter keeps its executed copy (with the error in it) and the index says which failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ddlstudy import records
+from ddlstudy.params import ParamsError, StudyParams, load_params
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+@dataclass
+class Job:
+    """One executed notebook: a chapter, or a chapter for one model (03 runs once per model)."""
+
+    chapter: str
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def digest(self, params: StudyParams) -> str:
+        return records_digest(params.digest(), self.parameters)
+
+
+def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
+    import hashlib
+
+    blob = json.dumps({"study": study_digest, "nb": parameters}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def plan(params: StudyParams, run_dir: Path, params_files: list[str]) -> list[Job]:
+    """The grid: one job per chapter, and chapter 03 once per model."""
+    base = {"run_dir": str(run_dir.resolve()),
+            "params_files": [str(Path(p).resolve()) for p in params_files]}
+    jobs = []
+    for chapter in params.report.chapters:
+        if chapter == "03_ps_vs_ring":
+            for model in params.training.models:
+                jobs.append(Job(chapter, f"{chapter}-{model}", {**base, "model": model}))
+        else:
+            jobs.append(Job(chapter, chapter, dict(base)))
+    return jobs
+
+
+def is_done(job: Job, run_dir: Path, params: StudyParams) -> bool:
+    marker = run_dir / f"{job.name}.done.json"
+    if not (marker.exists() and (run_dir / f"{job.name}.ipynb").exists()):
+        return False
+    return json.loads(marker.read_text()).get("digest") == job.digest(params)
+
+
+def execute(job: Job, run_dir: Path, params: StudyParams) -> str | None:
+    """Run one notebook; None when it passed, else the error's first line."""
+    import papermill as pm
+
+    out = run_dir / f"{job.name}.ipynb"
+    try:
+        pm.execute_notebook(str(NOTEBOOKS / f"{job.chapter}.ipynb"), str(out),
+                            parameters=job.parameters, kernel_name=params.report.kernel,
+                            cwd=str(NOTEBOOKS), progress_bar=False,
+                            execution_timeout=params.report.cell_timeout_s)
+    except Exception as err:  # noqa: BLE001 - any failure is reported, the grid goes on
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err) else ''}"
+    (run_dir / f"{job.name}.done.json").write_text(json.dumps(
+        {"digest": job.digest(params), "finished": time.time()}) + "\n")
+    return None
+
+
+def render(run_dir: Path, jobs: list[Job], failures: dict[str, str], skipped: set[str],
+           params: StudyParams) -> Path:
+    """Each executed notebook to self-contained HTML, plus an index with the run's metadata."""
+    from nbconvert import HTMLExporter
+
+    report_dir = run_dir / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    exporter = HTMLExporter(embed_images=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    items = []
+    for job in jobs:
+        nb_path = run_dir / f"{job.name}.ipynb"
+        if nb_path.exists():
+            body, _ = exporter.from_filename(str(nb_path))
+            (report_dir / f"{job.name}.html").write_text(body)
+        status = ("failed: " + failures[job.name] if job.name in failures
+                  else "not run" if not nb_path.exists()
+                  else "reused from an earlier run" if job.name in skipped else "ran")
+        items.append((job, status, nb_path.exists()))
+    meta = records.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
+    (report_dir / "index.html").write_text(_index_html(params, meta, items))
+    return report_dir / "index.html"
+
+
+_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}.fail{color:#b00}"
+          ".ok{color:#060}pre{background:#f4f4f4;padding:1em;overflow:auto}")
+
+
+def _index_html(params: StudyParams, meta: dict[str, Any],
+                items: list[tuple[Job, str, bool]]) -> str:
+    import yaml
+
+    esc = html.escape
+    rows = []
+    for job, status, exists in items:
+        name = f'<a href="{esc(job.name)}.html">{esc(job.name)}</a>' if exists else esc(job.name)
+        css = "fail" if status.startswith("failed") else "ok"
+        rows.append(f'<li>{name} <span class="{css}">({esc(status)})</span></li>')
+    versions = ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items())
+    host = meta.get("host", {})
+    params_yaml = yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
+    return "\n".join([
+        '<!doctype html><html><head><meta charset="utf-8">',
+        f"<title>ddlstudy: {esc(params.run_id)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>Parameter Server vs all-reduce: run <code>{esc(params.run_id)}</code></h1>",
+        "<h2>Chapters</h2><ol>", *rows, "</ol>",
+        "<h2>Run</h2><ul>",
+        f"<li>git sha: <code>{esc(str(meta.get('git_sha', 'unknown')))}</code></li>",
+        f"<li>created: {esc(str(meta.get('created', '')))}</li>",
+        f"<li>host: {esc(str(host.get('hostname', '')))}, {esc(str(host.get('cpu_count', '')))}"
+        f" cores, {esc(str(host.get('memory_gb', '')))} GB memory, GPUs:"
+        f" {esc(str(host.get('cuda_devices', [])))}</li>",
+        f"<li>versions: {esc(versions)}</li></ul>",
+        f"<h2>Parameters</h2><pre>{esc(params_yaml)}</pre>",
+        "</body></html>", ""])
+
+
+def run_report(params_files: list[str], out: str | None = None) -> tuple[Path, dict[str, str]]:
+    params = load_params(*params_files)
+    run_dir = Path(out) if out else Path("outputs") / params.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records.write_meta(run_dir, params.model_dump(mode="json"), params_files=params_files,
+                       digest=params.digest())
+    jobs = plan(params, run_dir, params_files)
+    failures: dict[str, str] = {}
+    skipped: set[str] = set()
+    bar = tqdm(jobs, desc="report", unit="notebook")
+    for job in bar:
+        bar.set_postfix_str(job.name)
+        if is_done(job, run_dir, params):
+            skipped.add(job.name)
+            continue
+        error = execute(job, run_dir, params)
+        if error:
+            failures[job.name] = error
+            tqdm.write(f"FAILED {job.name}: {error} (executed copy: {run_dir / job.name}.ipynb)")
+    index = render(run_dir, jobs, failures, skipped, params)
+    ran = len(jobs) - len(skipped) - len(failures)
+    print(f"report: {index}  ({ran} ran, {len(skipped)} reused, {len(failures)} failed)")
+    return index, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", action="append", required=True,
+                        help="YAML parameter file; repeat to layer overrides (later wins)")
+    parser.add_argument("--out", help="run folder (default outputs/<run_id>)")
+    args = parser.parse_args(argv)
+    try:
+        _, failures = run_report(args.params, args.out)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
