@@ -32,9 +32,14 @@ kernel: setup
 lint: setup
 	$(VENV)/bin/ruff check lib tests
 
+# Unit + integration tests (the notebooks run through papermill on params/ci.yaml in
+# tests/test_notebooks.py), then nbval over the committed notebooks with the same tiny params.
 test: setup
 	$(VENV)/bin/ruff check lib tests
 	$(PY) -m pytest -q
+	cd notebooks && DDLSTUDY_PARAMS=../params/default.yaml:../params/ci.yaml \
+	  ../$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+	  --nbval-cell-timeout=900 --rootdir=. -o addopts="" .
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

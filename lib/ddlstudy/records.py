@@ -117,3 +117,12 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str) -> Path:
 
 def read_table(out_dir: str | Path, name: str) -> pd.DataFrame:
     return pd.read_csv(Path(out_dir) / f"{name}.csv")
+
+
+def chapter_dir(run_dir: str | Path | None, name: str, params: dict[str, Any] | None = None,
+                **extra: Any) -> Path:
+    """The folder one notebook writes its tables and figures to, with its meta.json."""
+    base = Path(run_dir) if run_dir else project_root() / "outputs" / "interactive"
+    out = base / name
+    write_meta(out, params, chapter=name, **extra)
+    return out

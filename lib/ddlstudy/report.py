@@ -140,7 +140,15 @@ def _index_html(params: StudyParams, meta: dict[str, Any],
         "</body></html>", ""])
 
 
-def run_report(params_files: list[str], out: str | None = None) -> tuple[Path, dict[str, str]]:
+@dataclass
+class ReportResult:
+    index: Path
+    ran: list[str]
+    reused: list[str]
+    failed: dict[str, str]
+
+
+def run_report(params_files: list[str], out: str | None = None) -> ReportResult:
     params = load_params(*params_files)
     run_dir = Path(out) if out else Path("outputs") / params.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -160,9 +168,10 @@ def run_report(params_files: list[str], out: str | None = None) -> tuple[Path, d
             failures[job.name] = error
             tqdm.write(f"FAILED {job.name}: {error} (executed copy: {run_dir / job.name}.ipynb)")
     index = render(run_dir, jobs, failures, skipped, params)
-    ran = len(jobs) - len(skipped) - len(failures)
-    print(f"report: {index}  ({ran} ran, {len(skipped)} reused, {len(failures)} failed)")
-    return index, failures
+    ran = [j.name for j in jobs if j.name not in skipped and j.name not in failures]
+    print(f"report: {index}  ({len(ran)} ran, {len(skipped)} reused, {len(failures)} failed"
+          + (f": {', '.join(failures)}" if failures else "") + ")")
+    return ReportResult(index, ran, sorted(skipped), failures)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="run folder (default outputs/<run_id>)")
     args = parser.parse_args(argv)
     try:
-        _, failures = run_report(args.params, args.out)
+        result = run_report(args.params, args.out)
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    return 1 if failures else 0
+    return 1 if result.failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+"""Seaborn figures, one function per figure kind; each reads only record tables.
+
+Every function takes a tidy DataFrame as the run wrote it and returns a Figure, so a notebook,
+the report and a test draw the same picture from the same records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+sns.set_theme(context="notebook", style="whitegrid")
+
+
+def save(fig: Figure, out_dir: str | Path, name: str) -> Path:
+    path = Path(out_dir) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def _bytes_axis(ax: plt.Axes) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = [t for t in (2.0 ** np.arange(0, 40, 4)) if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    ax.set_xticks(ticks, [human_bytes(t) for t in ticks])
+
+
+def human_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n:g} B"
+
+
+def collective_time_vs_size(df: pd.DataFrame, title: str = "") -> Figure:
+    """Seed 001's figure: all-reduce time vs message size, log-log, one line per algorithm."""
+    grid = sns.relplot(data=df, x="size_bytes", y="time_p50_s", hue="algorithm", col="ranks",
+                       kind="line", marker="o", height=3.6, aspect=1.2,
+                       facet_kws={"sharey": True})
+    for ax in grid.axes.flat:
+        ax.set_yscale("log")
+        _bytes_axis(ax)
+        ax.set_xlabel("message size")
+        ax.set_ylabel("time p50 (s)")
+    grid.figure.suptitle(title or "All-reduce time vs message size", y=1.03)
+    return grid.figure
+
+
+def collective_busbw_vs_size(df: pd.DataFrame, p2p_gbps: float | None = None,
+                             title: str = "") -> Figure:
+    grid = sns.relplot(data=df, x="size_bytes", y="busbw_gbps", hue="algorithm", col="ranks",
+                       kind="line", marker="o", height=3.6, aspect=1.2)
+    for ax in grid.axes.flat:
+        _bytes_axis(ax)
+        ax.set_xlabel("message size")
+        ax.set_ylabel("busbw (GB/s)")
+        if p2p_gbps:
+            ax.axhline(p2p_gbps, color="k", ls="--", lw=1)
+            ax.annotate("point-to-point", (ax.get_xlim()[0], p2p_gbps), fontsize=8,
+                        va="bottom")
+    grid.figure.suptitle(title or "Bus bandwidth (algbw x 2(n-1)/n)", y=1.03)
+    return grid.figure
+
+
+def costmodel_residuals(err: pd.DataFrame, title: str = "") -> Figure:
+    """Relative error of the fitted alpha-beta-gamma model, per algorithm and size."""
+    grid = sns.relplot(data=err, x="size_bytes", y="rel_error", hue="algorithm", col="ranks",
+                       kind="line", marker="o", height=3.4, aspect=1.2)
+    for ax in grid.axes.flat:
+        _bytes_axis(ax)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel("message size")
+        ax.set_ylabel("(predicted - measured) / measured")
+    grid.figure.suptitle(title or "Cost model fit residuals", y=1.03)
+    return grid.figure
+
+
+def p2p_bandwidth(df: pd.DataFrame, title: str = "") -> Figure:
+    """Seed 004's Fig. 2: node-to-node bandwidth and latency vs message size."""
+    fig, (bw, lat) = plt.subplots(1, 2, figsize=(10, 3.6))
+    df = df.assign(peer=df["peer"].astype(str))
+    sns.lineplot(data=df, x="size_bytes", y="bandwidth_gbps", hue="peer", marker="o", ax=bw)
+    sns.lineplot(data=df, x="size_bytes", y="latency_us", hue="peer", marker="o", ax=lat)
+    for ax in (bw, lat):
+        _bytes_axis(ax)
+        ax.set_xlabel("message size")
+    lat.set_yscale("log")
+    bw.set_ylabel("bandwidth (GB/s)")
+    lat.set_ylabel("one-way latency (us)")
+    fig.suptitle(title or "Rank 0 to each peer: ping-pong", y=1.02)
+    return fig
+
+
+def throughput_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
+    """Seed 000 Figs 4.1/4.2: images/sec vs worker count, one panel per strategy."""
+    grid = sns.catplot(data=summary, x="workers", y="images_per_sec", hue="model",
+                       col="strategy", kind="point", height=3.6, aspect=1.1)
+    grid.set_axis_labels("workers", "images / sec (all workers)")
+    grid.figure.suptitle(title or "Training throughput", y=1.03)
+    return grid.figure
+
+
+def add_speedup(summary: pd.DataFrame) -> pd.DataFrame:
+    """Speed-up over the same model's 1-worker run (seed 000 Figs 4.3/4.4) and efficiency."""
+    keys = ["model", "strategy"]
+    base = (summary[summary["workers"] == 1].groupby("model")["images_per_sec"].max()
+            .rename("base_images_per_sec"))
+    out = summary.join(base, on="model")
+    out["speedup"] = out["images_per_sec"] / out["base_images_per_sec"]
+    out["efficiency"] = out["speedup"] / out["workers"]
+    return out.sort_values([*keys, "workers"])
+
+
+def speedup_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
+    data = add_speedup(summary)
+    grid = sns.relplot(data=data, x="workers", y="speedup", hue="model", col="strategy",
+                       kind="line", marker="o", height=3.6, aspect=1.1)
+    for ax in grid.axes.flat:
+        top = data["workers"].max()
+        ax.plot([1, top], [1, top], color="k", ls=":", lw=1, label="linear")
+        ax.set_ylabel("speed-up over 1 worker")
+    grid.figure.suptitle(title or "Speed-up", y=1.03)
+    return grid.figure
+
+
+def step_breakdown(summary: pd.DataFrame, title: str = "") -> Figure:
+    """Where a step's time goes: compute, communication, update, per worker count."""
+    parts = [c for c in ("compute_s", "comm_s", "update_s") if c in summary]
+    data = summary.copy()
+    data["label"] = data["strategy"] + "\n" + data["workers"].astype(str) + "w"
+    models = list(dict.fromkeys(data["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.8), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        sub = data[data["model"] == model].sort_values(["strategy", "workers"])
+        bottom = np.zeros(len(sub))
+        for part in parts:
+            ax.bar(sub["label"], sub[part], bottom=bottom, label=part.removesuffix("_s"))
+            bottom += sub[part].to_numpy()
+        ax.set_title(model)
+        ax.set_ylabel("seconds per step (median)")
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0][0].legend()
+    fig.suptitle(title or "Step time breakdown", y=1.02)
+    return fig
+
+
+def utilization_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
+    """Seed 000 Figs 4.5, 4.8, ...: CPU utilisation per node over time."""
+    data = mon.assign(node=mon["role"] + " " + mon["rank"].astype(str),
+                      t=mon["t"] - mon["t"].min())
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    sns.lineplot(data=data, x="t", y="cpu_pct", hue="node", ax=ax)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("CPU %")
+    ax.set_title(title or "Utilisation per node")
+    return fig
+
+
+def packets_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
+    """Seed 000 Figs 4.6-4.7, ...: packets received and sent per node over time."""
+    data = mon.assign(node=mon["role"] + " " + mon["rank"].astype(str),
+                      t=mon["t"] - mon["t"].min())
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
+    for ax, col in zip(axes, ("packets_recv_rate", "packets_sent_rate"), strict=True):
+        sns.lineplot(data=data, x="t", y=col, hue="node", ax=ax)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel(col.replace("_", " ").replace("rate", "per s"))
+    fig.suptitle(title or "Packets per node", y=1.02)
+    return fig
+
+
+def drift_table_figure(drift: pd.DataFrame, title: str = "") -> Figure:
+    fig, ax = plt.subplots(figsize=(6, 3))
+    sns.barplot(data=drift, x="algorithm", y="abs_error", ax=ax)
+    ax.set_yscale("log")
+    ax.set_ylabel("|float32 result - exact|")
+    ax.set_title(title or "Summation order ('bracketing') drift")
+    ax.tick_params(axis="x", rotation=30)
+    return fig

@@ -1,0 +1,86 @@
+"""The study end to end on tiny params: papermill runs every chapter, the report renders, and a
+second run on the same params resumes without rerunning anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ddlstudy.params import CHAPTERS
+from ddlstudy.report import run_report
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
+    out = tmp_path_factory.mktemp("report") / "ci"
+    files = [str(repo_root / "params/default.yaml"), str(repo_root / "params/ci.yaml")]
+    return files, out, run_report(files, str(out))
+
+
+def test_every_chapter_runs_and_renders(ci_run) -> None:
+    _, out, result = ci_run
+    assert result.failed == {}, result.failed
+    assert {name.split("-")[0] for name in result.ran} == set(CHAPTERS)
+    index = result.index.read_text()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["git_sha"] in index and "Parameters" in index
+    for name in result.ran:
+        assert f'href="{name}.html"' in index
+        page = (out / "report" / f"{name}.html").read_text()
+        assert "Traceback" not in page
+    for chapter in ("01_cluster_setup", "02_collectives", "03_ps_vs_ring-mlp"):
+        page = (out / "report" / f"{chapter}.html").read_text()
+        assert "data:image/png;base64" in page, f"{chapter} has no embedded figure"
+
+
+def test_each_chapter_writes_records_with_meta(ci_run) -> None:
+    _, out, result = ci_run
+    for name in result.ran:
+        meta = json.loads((out / name / "meta.json").read_text())
+        assert meta["params"]["run_id"] == "ci" and meta["versions"]["torch"].startswith("2.13")
+    assert (out / "02_collectives" / "collectives.csv").exists()
+    assert (out / "03_ps_vs_ring-mlp" / "summary.csv").exists()
+
+
+def test_second_run_resumes_and_reruns_nothing(ci_run) -> None:
+    files, out, first = ci_run
+    stamp = {p: p.stat().st_mtime_ns for p in out.glob("*.ipynb")}
+    second = run_report(files, str(out))
+    assert second.ran == [] and second.failed == {}
+    assert sorted(second.reused) == sorted(first.ran)
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*.ipynb")} == stamp
+
+
+def test_failing_chapter_keeps_its_copy_and_is_named(ci_run, tmp_path: Path) -> None:
+    files, out, _ = ci_run
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("report:\n  chapters: [00_background]\n  cell_timeout_s: 10\n"
+                   "collectives:\n  algorithms: [ring]\n")
+    run = tmp_path / "failrun"
+    nb = nbformat.read(out / "00_background.ipynb", 4)
+    assert nb.cells  # the executed copy of a passing run keeps outputs
+    result = run_report([*files, str(bad)], str(run))
+    assert result.failed == {}  # a valid small run passes; now break its notebook input
+    marker = run / "00_background.done.json"
+    marker.unlink()
+    (run / "00_background.ipynb").unlink()
+    import ddlstudy.report as report
+
+    original = report.NOTEBOOKS
+    broken = tmp_path / "notebooks"
+    broken.mkdir()
+    src = nbformat.read(original / "00_background.ipynb", 4)
+    src.cells.append(nbformat.v4.new_code_cell("raise RuntimeError('chapter broke on purpose')"))
+    nbformat.write(src, broken / "00_background.ipynb")
+    report.NOTEBOOKS = broken
+    try:
+        failed = run_report([*files, str(bad)], str(run))
+    finally:
+        report.NOTEBOOKS = original
+    assert "00_background" in failed.failed and "chapter broke" in failed.failed["00_background"]
+    kept = nbformat.read(run / "00_background.ipynb", 4)
+    assert any(o.get("ename") == "RuntimeError" for c in kept.cells for o in c.get("outputs", []))
+    assert "failed" in failed.index.read_text()
