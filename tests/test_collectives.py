@@ -112,6 +112,18 @@ def test_algorithms_in_process_all_world_sizes():
             assert all(torch.equal(o, want) for o in outs), (alg, p)
 
 
+def test_wait_times_out_instead_of_hanging():
+    """A peer that never sends: the receive gives up after timeout_s with a clear error."""
+    import threading
+    import time
+
+    comm = C.Comm(C.LocalTransport(1, 2, {}, threading.Lock()), timeout_s=0.2)
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError, match=r"recv 1<-0 .* within 0.2 s"):
+        comm.recv(torch.empty(3), 0)
+    assert time.perf_counter() - t0 < 2
+
+
 def test_analytic_traffic_hand_values():
     # 5 ranks, 1000 B: ring 2*4/5*1000 = 1600 each way.
     assert C.analytic_traffic("ring", 1000, 5, 3) == (1600, 1600)
@@ -152,6 +164,7 @@ def test_parse_size_and_grid():
     with pytest.raises(argparse.ArgumentTypeError):
         bench.parse_size("8X")
     assert bench.size_grid(8, 512, 8) == [8, 64, 512]
+    assert bench.size_grid("8", "1K", 4) == [8, 32, 128, 512, 1024]
     assert bench.size_grid(8 << 10, 16 << 20, 8) == [8 << 10, 64 << 10, 512 << 10, 4 << 20,
                                                       16 << 20]
 

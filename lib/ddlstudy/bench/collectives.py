@@ -37,7 +37,9 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2)]
 
 
-def size_grid(minbytes: int, maxbytes: int, factor: float) -> list[int]:
+def size_grid(minbytes: int | str, maxbytes: int | str, factor: float) -> list[int]:
+    """minbytes, minbytes*f, ... up to maxbytes, which is always included."""
+    minbytes, maxbytes = parse_size(str(minbytes)), parse_size(str(maxbytes))
     if minbytes < 1 or maxbytes < minbytes:
         raise ValueError(f"need 1 <= minbytes <= maxbytes, got {minbytes}, {maxbytes}")
     if factor <= 1:
