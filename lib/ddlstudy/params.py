@@ -112,7 +112,8 @@ class TrainingParams(_Section):
     workers: list[int] = Field(default_factory=lambda: [1, 2, 4])
     strategies: list[str] = Field(default_factory=lambda: ["ps_sync", "allreduce"])
     algorithm: str = "ring"
-    servers: int = Field(1, ge=1, description="PS server processes (ps_sharded)")
+    servers: int | None = Field(None, ge=1,
+                                description="PS server processes for ps_sharded (None: 2)")
     batch_size: int = Field(32, ge=1)
     steps: int = Field(20, ge=1)
     warmup_steps: int = Field(3, ge=0)
@@ -127,6 +128,12 @@ class TrainingParams(_Section):
     @classmethod
     def _models(cls, v: list[str]) -> list[str]:
         return _known(v, MODEL_NAMES, "model")
+
+    def servers_for(self, strategy: str) -> int:
+        """Engines a strategy needs beyond its workers (PS server processes)."""
+        if strategy == "ps_sharded":
+            return self.servers or 2
+        return 1 if strategy in ("ps_sync", "ps_async") else 0
 
     @field_validator("strategies")
     @classmethod
@@ -190,8 +197,9 @@ class StudyParams(_Section):
     def _fits_cluster(self) -> StudyParams:
         if self.cluster.profile:
             return self
-        need = max([*self.collectives.ranks, *self.monitor.workers,
-                    *(w + self.training.servers for w in self.training.workers)])
+        need = max([*self.collectives.ranks, *(w + 1 for w in self.monitor.workers),
+                    *(w + self.training.servers_for(s) for w in self.training.workers
+                      for s in self.training.strategies)])
         if need > self.cluster.workers:
             raise ValueError(f"the grid needs {need} engines but cluster.workers is "
                              f"{self.cluster.workers}")

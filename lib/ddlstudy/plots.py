@@ -106,11 +106,13 @@ def throughput_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
 
 
 def add_speedup(summary: pd.DataFrame) -> pd.DataFrame:
-    """Speed-up over the same model's 1-worker run (seed 000 Figs 4.3/4.4) and efficiency."""
+    """Speed-up over the same model and strategy at 1 worker (seed 000 Figs 4.3/4.4)."""
     keys = ["model", "strategy"]
-    base = (summary[summary["workers"] == 1].groupby("model")["images_per_sec"].max()
+    summary = summary.drop(columns=["base_images_per_sec", "speedup", "efficiency"],
+                           errors="ignore")
+    base = (summary[summary["workers"] == 1].groupby(keys)["images_per_sec"].max()
             .rename("base_images_per_sec"))
-    out = summary.join(base, on="model")
+    out = summary.join(base, on=keys)
     out["speedup"] = out["images_per_sec"] / out["base_images_per_sec"]
     out["efficiency"] = out["speedup"] / out["workers"]
     return out.sort_values([*keys, "workers"])

@@ -1,0 +1,78 @@
+"""Run a grid of training configurations with resume: the shape of every chapter-3/4 sweep.
+
+Each cell writes its own folder (`<out>/<label>/`, with summary.csv and meta.json); a cell whose
+folder already holds a summary for the same configuration is read back, not rerun, and a cell that
+fails is recorded with its error while the rest of the grid goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ddlstudy import records
+from ddlstudy.trainer import TrainConfig, train
+
+
+def cell_dir(out: Path, config: TrainConfig) -> Path:
+    label = config.label.replace("/", "-").replace(" ", "_")
+    return out / re.sub(r"[^A-Za-z0-9_.\-]", "", label)
+
+
+def _finished(folder: Path, config: TrainConfig) -> pd.DataFrame | None:
+    if not (folder / "summary.csv").exists() or not (folder / "meta.json").exists():
+        return None
+    meta = json.loads((folder / "meta.json").read_text())
+    if meta.get("status") != "ok" or meta.get("params") != json.loads(
+            json.dumps(config.to_dict(), default=str)):
+        return None
+    return records.read_table(folder, "summary")
+
+
+def run_grid(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
+             train_fn: Callable[..., Any] = train, **train_kwargs: Any) -> pd.DataFrame:
+    """Summary rows of every cell (reused or run); failed cells carry an `error` column."""
+    out = Path(out)
+    rows = []
+    bar = tqdm(configs, desc="grid", unit="run")
+    for config in bar:
+        bar.set_postfix_str(config.label)
+        folder = cell_dir(out, config)
+        done = _finished(folder, config)
+        if done is not None:
+            rows.append(done.assign(reused=True, error=""))
+            continue
+        try:
+            result = train_fn(cluster, config, out_dir=folder, progress=False, **train_kwargs)
+            rows.append(result.summary.assign(reused=False, error=""))
+        except (ValueError, TimeoutError, RuntimeError) as err:
+            tqdm.write(f"FAILED {config.label}: {err}")
+            rows.append(pd.DataFrame([{"strategy": config.strategy, "model": config.model,
+                                       "workers": config.workers, "reused": False,
+                                       "error": f"{type(err).__name__}: {err}"}]))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def training_grid(base: TrainConfig, models: Sequence[str], strategies: Sequence[str],
+                  workers: Sequence[int], **overrides: Any) -> list[TrainConfig]:
+    """models x strategies x workers, each from `base`; strategy-specific fields set right."""
+    configs = []
+    for model in models:
+        for strategy in strategies:
+            for n in workers:
+                servers = overrides.get("servers") if strategy == "ps_sharded" else None
+                extra = {k: v for k, v in overrides.items() if k != "servers"}
+                configs.append(replace(base, model=model, strategy=strategy, workers=n,
+                                       servers=servers, **extra).validate())
+    return configs
+
+
+def engines_needed(configs: Sequence[TrainConfig]) -> int:
+    return max(c.world_size for c in configs)
