@@ -76,3 +76,34 @@ def training_grid(base: TrainConfig, models: Sequence[str], strategies: Sequence
 
 def engines_needed(configs: Sequence[TrainConfig]) -> int:
     return max(c.world_size for c in configs)
+
+
+def run_monitored(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
+                  interval_s: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each config trained while every one of its ranks samples utilisation and traffic.
+
+    Returns (summaries, samples); samples carry the run's strategy and worker count. A cell with
+    a finished summary and monitor.csv for the same configuration is read back, not rerun.
+    """
+    from ddlstudy.monitor import monitoring
+    from ddlstudy.strategies import Layout
+
+    out = Path(out)
+    summaries, samples = [], []
+    for config in tqdm(configs, desc="monitored runs", unit="run"):
+        folder = cell_dir(out, config)
+        done = _finished(folder, config)
+        if done is not None and (folder / "monitor.csv").exists():
+            summaries.append(done)
+            samples.append(records.read_table(folder, "monitor"))
+            continue
+        layout = Layout(config.workers, config.n_servers)
+        ranks = list(range(config.world_size))
+        with monitoring(cluster, interval_s, ranks, [layout.role(r) for r in ranks]) as mon:
+            result = train(cluster, config, out_dir=folder, progress=False)
+        frame = mon.frame.assign(strategy=config.strategy, workers=config.workers,
+                                 model=config.model)
+        records.write_table(frame, folder, "monitor")
+        summaries.append(result.summary)
+        samples.append(frame)
+    return pd.concat(summaries, ignore_index=True), pd.concat(samples, ignore_index=True)

@@ -151,28 +151,45 @@ def step_breakdown(summary: pd.DataFrame, title: str = "") -> Figure:
     return fig
 
 
+def _nodes(mon: pd.DataFrame) -> pd.DataFrame:
+    return mon.assign(node=mon["role"] + " " + mon["rank"].astype(str),
+                      t=mon["t"] - mon["t"].min())
+
+
 def utilization_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
     """Seed 000 Figs 4.5, 4.8, ...: CPU utilisation per node over time."""
-    data = mon.assign(node=mon["role"] + " " + mon["rank"].astype(str),
-                      t=mon["t"] - mon["t"].min())
     fig, ax = plt.subplots(figsize=(8, 3.4))
-    sns.lineplot(data=data, x="t", y="cpu_pct", hue="node", ax=ax)
+    sns.lineplot(data=_nodes(mon), x="t", y="cpu_pct", hue="node", ax=ax)
     ax.set_xlabel("time (s)")
-    ax.set_ylabel("CPU %")
+    ax.set_ylabel("CPU % of the engine process")
     ax.set_title(title or "Utilisation per node")
     return fig
 
 
 def packets_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
     """Seed 000 Figs 4.6-4.7, ...: packets received and sent per node over time."""
-    data = mon.assign(node=mon["role"] + " " + mon["rank"].astype(str),
-                      t=mon["t"] - mon["t"].min())
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
-    for ax, col in zip(axes, ("packets_recv_rate", "packets_sent_rate"), strict=True):
-        sns.lineplot(data=data, x="t", y=col, hue="node", ax=ax)
+    for ax, col in zip(axes, ("packets_recv_per_s", "packets_sent_per_s"), strict=True):
+        sns.lineplot(data=_nodes(mon), x="t", y=col, hue="node", ax=ax)
         ax.set_xlabel("time (s)")
-        ax.set_ylabel(col.replace("_", " ").replace("rate", "per s"))
+        ax.set_ylabel(col.replace("_per_s", " per s").replace("_", " "))
     fig.suptitle(title or "Packets per node", y=1.02)
+    return fig
+
+
+def ps_setups_timeline(mon: pd.DataFrame, title: str = "") -> Figure:
+    """Seed 000 Fig 5.1: the PS server's traffic for each worker count, one after another."""
+    server = mon[mon["role"] == "server"].copy()
+    fig, ax = plt.subplots(figsize=(10, 3.4))
+    offset = 0.0
+    for workers, part in server.groupby("workers", sort=True):
+        t = part["t"] - part["t"].min() + offset
+        ax.plot(t, part["bytes_recv_per_s"] / 1e6, label=f"{workers} workers")
+        offset = float(t.max()) + 1.0
+    ax.set_xlabel("time (s), setups concatenated")
+    ax.set_ylabel("server MB received / s")
+    ax.legend()
+    ax.set_title(title or "Parameter Server traffic as workers are added")
     return fig
 
 
