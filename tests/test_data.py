@@ -270,6 +270,8 @@ def test_synthetic_shapes_determinism_and_classes():
     assert not torch.equal(a[0], synthetic((2, 5, 7), 50, 4, seed=4)[0])
     xs, ys = load_dataset("synthetic", shape_hint="mnist", n=8)
     assert xs.shape == (8, 1, 28, 28) and ys.dtype == torch.int64
+    xd, yd = load_dataset("synthetic", train=False, shape_hint=(3, 8, 8), n=None, seed=None)
+    assert xd.shape == (256, 3, 8, 8) and yd.max() < 10
 
 
 def test_load_dataset_unknown_name():

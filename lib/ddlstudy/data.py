@@ -430,9 +430,11 @@ def load_dataset(
         raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
     target = _shape_of(shape_hint) if shape_hint is not None else None
     if key == "synthetic":
-        kw.setdefault("n", 1024 if train else 256)
-        kw.setdefault("seed", 0 if train else 1)
-        if "num_classes" not in kw:
+        if kw.get("n") is None:  # None (a caller's "default") counts as not given
+            kw["n"] = 1024 if train else 256
+        if kw.get("seed") is None:
+            kw["seed"] = 0 if train else 1
+        if kw.get("num_classes") is None:
             from ddlstudy.models import NUM_CLASSES
 
             hint = shape_hint if isinstance(shape_hint, str) else "cifar"
