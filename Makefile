@@ -21,7 +21,6 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "ddlstudy (.venv)" >/dev/null
 	touch $(STAMP)
