@@ -1,0 +1,134 @@
+"""Train one configuration on local ipyparallel engines (or a running profile), Horovod-style.
+
+    python -m ddlstudy.train --model resnet50 --strategy allreduce --algorithm ring \\
+        --workers 4 --batch-size 32 --steps 50 --dataset synthetic --out outputs/train/r50
+
+Starts workers + servers engines (PS strategies need the extra server ranks), prints
+`Iter #k: X img/sec per worker` per chunk of steps under a progress bar and the final
+`Img/sec per worker` / `Total img/sec` lines, and writes steps.csv, summary.csv and meta.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from ddlstudy.strategies import STRATEGIES
+from ddlstudy.trainer import TrainConfig
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags: one `error:` line and exit 2 (argparse would print the usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig | None = None
+                         ) -> None:
+    """The TrainConfig flags (shared with `python -m ddlstudy.bench train`)."""
+    d = defaults or TrainConfig()
+    a = parser.add_argument
+    a("--model", default=d.model, help=f"network (default {d.model})")
+    a("--shape", default=d.shape, help="input shape: cifar, mnist, imagenet (default: the "
+      "data set's own; synthetic: cifar)")
+    a("--dataset", default=d.dataset, help=f"synthetic, digits, mnist, fashion_mnist, cifar10 "
+      f"(default {d.dataset})")
+    a("--data-root", default=d.data_root, help="folder with the data files (make data)")
+    a("--workers", type=int, default=d.workers, help="data-parallel workers")
+    a("--servers", type=int, default=d.servers, help="PS server processes (default 1; "
+      "ps_sharded 2)")
+    a("--batch-size", type=int, default=d.batch_size, help="per worker")
+    a("--steps", type=int, default=d.steps, help="timed steps")
+    a("--warmup-steps", type=int, default=d.warmup_steps, help="untimed steps first")
+    a("--epochs", type=int, default=d.epochs, help="train this many epochs instead of --steps "
+      "(test accuracy after each)")
+    a("--no-eval", dest="eval", action="store_false", help="skip test accuracy")
+    a("--lr", type=float, default=d.lr, help="SGD learning rate (seed 000: 1e-4)")
+    a("--momentum", type=float, default=d.momentum)
+    a("--bucket-mb", type=float, default=d.bucket_mb, help="all-reduce / DDP bucket size")
+    a("--overlap", type=_bool, default=d.overlap, help="allreduce: overlap buckets with "
+      "backward (true/false)")
+    a("--dtype", default=d.dtype, choices=["float32", "float64"])
+    a("--seed", type=int, default=d.seed)
+    a("--hidden", type=int, default=None, help="mlp: width of the second hidden layer")
+    a("--profile", default=None, help="connect to a running ipyparallel profile instead of "
+      "starting local engines")
+    a("--timeout", type=float, default=120.0, help="seconds any one communication may block")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
+    kw = {"hidden": args.hidden} if getattr(args, "hidden", None) else {}
+    values = dict(model=args.model, shape=args.shape, dataset=args.dataset,
+                  data_root=args.data_root, workers=args.workers, servers=args.servers,
+                  batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
+                  epochs=args.epochs, eval=args.eval, lr=args.lr, momentum=args.momentum,
+                  bucket_mb=args.bucket_mb, overlap=args.overlap, dtype=args.dtype,
+                  seed=args.seed, model_kwargs=kw, timeout_s=args.timeout)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="python -m ddlstudy.train", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strategy", default="allreduce",
+                        help=f"one of {', '.join(STRATEGIES)} (default allreduce)")
+    parser.add_argument("--algorithm", default="ring", help="allreduce: collectives algorithm")
+    add_config_arguments(parser)
+    parser.add_argument("--out", default=None, help="write steps.csv, summary.csv, meta.json here")
+    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
+        config.validate()
+    except ValueError as err:
+        parser.error(str(err))
+    from ddlstudy.cluster import Cluster, ClusterError
+    from ddlstudy.trainer import train
+
+    print(f"Model: {config.model}  Strategy: {config.label}")
+    print(f"Batch size: {config.batch_size} per worker  Workers: {config.workers}"
+          + (f"  Servers: {config.n_servers}" if config.n_servers else ""))
+    print(f"Running {config.warmup_steps} warm-up + {config.steps} timed steps...", flush=True)
+    try:
+        with Cluster(workers=config.world_size, profile=args.profile,
+                     collective_timeout_s=args.timeout) as cluster:
+            result = train(cluster, config, out_dir=args.out, progress=args.progress)
+    except (ClusterError, ValueError) as err:
+        print(f"python -m ddlstudy.train: error: {err}", file=sys.stderr)
+        return 2
+    except (TimeoutError, RuntimeError) as err:
+        print(f"python -m ddlstudy.train: run failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; engines stopped", file=sys.stderr)
+        return 130
+    for line in result.horovod_lines():
+        print(line)
+    if len(result.evals):
+        print(f"Test accuracy: {result.row['test_accuracy']:.4f}")
+    if result.out_dir is not None:
+        print(f"Wrote {result.out_dir}/steps.csv, summary.csv, meta.json")
+    return 0
+
+
+if __name__ == "__main__":
+    # Import by name so engines unpickle ddlstudy functions, not copies from __main__.
+    from ddlstudy.train import main as _main
+
+    sys.exit(_main())
