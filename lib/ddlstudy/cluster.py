@@ -125,10 +125,13 @@ def _engine_destroy_group() -> None:
         dist.destroy_process_group()
 
 
-def pingpong(sizes: Sequence[int], iters: int = 10, warmup: int = 2) -> list[dict[str, Any]]:
-    """Rank 0 bounces a message off each other rank; one-way time = round trip / 2.
+def pingpong(sizes: Sequence[int], iters: int = 10, warmup: int = 2,
+             peers: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Rank 0 bounces a message off each peer; one-way time = round trip / 2 (median).
 
-    Runs on every rank of the process group at once (rank r answers only when it is r's turn).
+    Runs on every rank of the process group at once (rank r answers only when it is r's turn);
+    rank 0 returns the rows, the others an empty list. Blocking send/recv are bounded by the
+    process group's timeout.
     """
     import torch
     import torch.distributed as dist
@@ -136,7 +139,7 @@ def pingpong(sizes: Sequence[int], iters: int = 10, warmup: int = 2) -> list[dic
     rank, world = dist.get_rank(), dist.get_world_size()
     device = engine_device()
     rows = []
-    for peer in range(1, world):
+    for peer in peers or range(1, world):
         for size in sizes:
             buf = torch.empty(max(1, size), dtype=torch.uint8, device=device)
             times = []
@@ -151,10 +154,11 @@ def pingpong(sizes: Sequence[int], iters: int = 10, warmup: int = 2) -> list[dic
                     dist.recv(buf, 0)
                     dist.send(buf, 0)
             if rank == 0:
-                times.sort()
-                one_way = times[len(times) // 2]
-                rows.append({"peer": peer, "size_bytes": size, "latency_us": one_way * 1e6,
-                             "bandwidth_gbps": size / one_way / 1e9})
+                one_way = sorted(times)[len(times) // 2]
+                rows.append({"peer": peer, "size_bytes": buf.numel(),
+                             "latency_us": one_way * 1e6, "time_p50_s": one_way,
+                             "time_min_s": min(times), "time_max_s": max(times),
+                             "bandwidth_gbps": buf.numel() / one_way / 1e9})
         dist.barrier()
     return rows
 

@@ -762,35 +762,3 @@ def time_algorithm(algorithm: str, count: int, dtype: str = "float32", op: str =
     return {"rank": dist.get_rank(), "times_s": times, **traffic.as_dict()}
 
 
-def p2p_pingpong(nbytes: int, iters: int = 10, warmup: int = 2, peer: int = 1,
-                 timeout_s: float | None = None) -> dict[str, Any] | None:
-    """Engine side: one-way time of an nbytes message rank 0 <-> peer (round trip / 2).
-
-    The all-reduce's ceiling: busbw cannot beat one link's point-to-point bandwidth.
-    """
-    import torch.distributed as dist
-
-    r = dist.get_rank()
-    if r not in (0, peer):
-        dist.barrier()
-        return None
-    c = Comm(DistTransport(), timeout_s or DEFAULT_TIMEOUT_S)
-    buf = torch.empty(max(1, nbytes), dtype=torch.uint8)
-    times = []
-    for i in range(warmup + iters):
-        t0 = time.perf_counter()
-        if r == 0:
-            c.send(buf, peer)
-            c.recv(buf, peer)
-        else:
-            c.recv(buf, 0)
-            c.send(buf, 0)
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) / 2)
-    dist.barrier()
-    if r != 0:
-        return None
-    one_way = float(np.median(times))
-    return {"peer": peer, "size_bytes": buf.numel(), "time_p50_s": one_way,
-            "time_min_s": min(times), "time_max_s": max(times),
-            "bandwidth_gbps": buf.numel() / one_way / 1e9}

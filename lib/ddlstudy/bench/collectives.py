@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,20 +20,21 @@ import numpy as np
 import pandas as pd
 
 from ddlstudy import collectives as coll
+from ddlstudy import params
+from ddlstudy.cluster import pingpong
 
 COLUMNS = ["algorithm", "ranks", "size_bytes", "count", "dtype", "op", "time_p50_s", "time_min_s",
            "time_max_s", "algbw_gbps", "busbw_gbps", "wrong", "max_abs_err", "sent_bytes",
            "recv_bytes", "sent_msgs", "recv_msgs", "traffic_counted", "iters", "error"]
 CELL_KEY = ["algorithm", "ranks", "size_bytes", "dtype", "op"]
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def parse_size(text: str) -> int:
-    """'8', '8K', '64M', '1G' (binary multiples, optional B/iB) -> bytes."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(I?B)?\s*", str(text).upper())
-    if not m:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}: use e.g. 8, 8K, 64M, 1G")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    """argparse type for '8', '8K', '64M', '1G' (binary multiples, as nccl-tests)."""
+    try:
+        return params.parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def size_grid(minbytes: int | str, maxbytes: int | str, factor: float) -> list[int]:
@@ -128,8 +128,9 @@ def _cell(cluster: Any, p: int, alg: str, count: int, dtype: str, op: str, iters
 
 def _p2p(cluster: Any, p: int, nbytes: int, iters: int, warmup: int,
          timeout_s: float) -> dict[str, Any]:
-    res = cluster.run(coll.p2p_pingpong, nbytes, iters, warmup, 1, timeout_s, world_size=p)[0]
-    return {"ranks": p, **res}
+    rows = cluster.run(pingpong, [nbytes], iters, warmup, [1], world_size=p,
+                       timeout=timeout_s + 30)[0]
+    return {"ranks": p, **rows[0]}
 
 
 def run_collectives_bench(cluster: Any, ranks: Sequence[int], sizes: Sequence[int],
