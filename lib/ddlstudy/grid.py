@@ -62,11 +62,16 @@ def run_grid(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
 
 def training_grid(base: TrainConfig, models: Sequence[str], strategies: Sequence[str],
                   workers: Sequence[int], **overrides: Any) -> list[TrainConfig]:
-    """models x strategies x workers, each from `base`; strategy-specific fields set right."""
+    """models x strategies x workers, each from `base`; strategy-specific fields set right.
+
+    `single` is one process by definition, so it joins the grid at 1 worker only.
+    """
     configs = []
     for model in models:
         for strategy in strategies:
             for n in workers:
+                if strategy == "single" and n != 1:
+                    continue
                 servers = overrides.get("servers") if strategy == "ps_sharded" else None
                 extra = {k: v for k, v in overrides.items() if k != "servers"}
                 configs.append(replace(base, model=model, strategy=strategy, workers=n,
