@@ -3,13 +3,19 @@
 Each cell writes its own folder (`<out>/<label>/`, with summary.csv and meta.json); a cell whose
 folder already holds a summary for the same configuration is read back, not rerun, and a cell that
 fails is recorded with its error while the rest of the grid goes on.
+
+`emulated_cluster` runs a grid inside an emulated cluster network (ddlstudy.netem): one network
+namespace and shaped link per engine, so each node's traffic crosses its own link and its own
+counters. `dilate` then stretches replayed compute by 1/scale to keep the real cluster's
+compute:communication ratio.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -112,3 +118,73 @@ def run_monitored(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
         summaries.append(result.summary)
         samples.append(frame)
     return pd.concat(summaries, ignore_index=True), pd.concat(samples, ignore_index=True)
+
+
+@contextlib.contextmanager
+def emulated_cluster(network: str, engines: int, scale: float | None = None,
+                     **cluster_kwargs: Any) -> Iterator[Any]:
+    """A started Cluster of `engines` engines, each in its own namespace on a link shaped to
+    `network` x `scale` (netem profile, e.g. "10GbE"); stopped, and the network removed, on exit.
+
+    network "none": plain local engines. Where namespaces cannot be made (not root, no tc), one
+    line is printed and the engines run on loopback, unshaped; the records then say so. The
+    cluster carries `network_info` (what `trainer.train` writes into summary and meta.json) and
+    `emulated_network` (the EmulatedNetwork, or None).
+    """
+    from ddlstudy import netem
+    from ddlstudy.cluster import Cluster
+
+    if network not in ("none", netem.UNSHAPED, *netem.PROFILES):
+        raise ValueError(f"unknown network {network!r}; valid: none, "
+                         f"{', '.join([*netem.PROFILES, netem.UNSHAPED])}")
+    if network != "none" and cluster_kwargs.get("profile"):
+        raise ValueError(f"network {network!r} starts local engines in namespaces; it cannot use "
+                         f"the running ipyparallel profile {cluster_kwargs['profile']!r}: set "
+                         "training.network to none, or cluster.profile to null")
+    if network == "none":
+        cluster = Cluster(workers=engines, **cluster_kwargs).start()
+        cluster.emulated_network, cluster.network_info = None, None
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+        return
+    cluster_kwargs.pop("profile", None)
+    with netem.network_or_loopback(engines, network, scale) as net:
+        if net is None:
+            cluster = Cluster(workers=engines, **cluster_kwargs).start()
+            info: dict[str, Any] = {"profile": "loopback", "requested": network, "scale": None,
+                                    "latency_emulated": False,
+                                    "reason": netem.available()[1]}
+        else:
+            cluster = netem.start_cluster_in_namespaces(net, **cluster_kwargs)
+            info = {**net.describe(), "rank_nodes": netem.rank_nodes(cluster, net)}
+        cluster.emulated_network, cluster.network_info = net, info
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def dilation(cluster: Any, compute: str) -> float:
+    """1/scale for replayed compute on scaled links (the real cluster's compute:communication
+    ratio), else 1."""
+    scale = (getattr(cluster, "network_info", None) or {}).get("scale")
+    return 1.0 / scale if compute == "replay" and scale else 1.0
+
+
+def dilate(configs: Sequence[TrainConfig], cluster: Any) -> list[TrainConfig]:
+    """The configs with time_dilation set for this cluster's links (see `dilation`)."""
+    return [replace(c, time_dilation=dilation(cluster, c.compute)).validate() for c in configs]
+
+
+def base_config(params: Any, model: str, training: Any = None, **overrides: Any) -> TrainConfig:
+    """The TrainConfig a chapter's grid starts from: training params (or `training`, a validated
+    TrainingParams with notebook overrides) plus the study's seed and data root."""
+    t = training or params.training
+    fields = dict(model=model, shape=t.shape, dataset=t.dataset, algorithm=t.algorithm,
+                  batch_size=t.batch_size, steps=t.steps, warmup_steps=t.warmup_steps, lr=t.lr,
+                  bucket_mb=t.bucket_mb, overlap=t.overlap, seed=params.seed,
+                  data_root=str(params.data.path()), compute=t.compute,
+                  replay_source=t.replay_source)
+    return TrainConfig(**{**fields, **overrides})

@@ -19,6 +19,14 @@ run's), and a PS run simply needs N+S engines.
 - `ddp`: torch DistributedDataParallel (gloo/NCCL all-reduce, its own bucketing and overlap),
   the reference the hand-written strategies are measured against.
 
+Compute replay (`Strategy.set_replay`): a worker waits a reference device's forward + backward
+time instead of computing, and then holds gradients of the model's real sizes (deterministic
+values, see `replay_gradients`). The first 1 - BACKWARD_SHARE of the wait stands for forward;
+over the rest the gradients become ready one tensor at a time in reverse parameter order, at
+evenly spaced instants, each announced through `_grad_ready` - which the overlapped all-reduce
+uses exactly like its autograd hook, so buckets still launch while "backward" goes on.
+Everything after the wait (packing, communication, the optimizer step) is real.
+
 PS wire protocol (torch.distributed point-to-point, tags keep the streams apart): a worker sends
 a header `[kind, version]` (int64) then, for a gradient, its shard; the server answers a
 gradient with a header `[version, staleness]` and the shard's new weights. At the end of each
@@ -45,6 +53,8 @@ STRATEGIES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
 PS_STRATEGIES = ("ps_sync", "ps_async", "ps_sharded")
 DEFAULT_SERVERS = {"ps_sync": 1, "ps_async": 1, "ps_sharded": 2}
 DEFAULT_TIMEOUT_S = 120.0
+# Backward's share of a step's forward + backward (backward costs about twice forward).
+BACKWARD_SHARE = 2 / 3
 
 # PS message kinds and tags.
 GRAD, STOP = 1, 2
@@ -137,6 +147,23 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def replay_gradients(params: Sequence[torch.Tensor], seed: int, rank: int) -> list[torch.Tensor]:
+    """The gradients a replaying worker reports: one seeded draw shared by all ranks, times
+    (1 + rank), so the N-worker mean is the draw x (N + 1) / 2 - a checkable average."""
+    gen = torch.Generator().manual_seed(seed * 7919 + 17)
+    return [torch.randn(p.shape, generator=gen, dtype=p.dtype).mul_(1e-3 * (1 + rank))
+            .to(p.device) for p in params]
+
+
+def _sleep_until(deadline: float) -> None:
+    """time.sleep to a perf_counter deadline (absolute, so many short waits do not drift)."""
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
 # ----------------------------------------------------------------------------- the interface
 class Strategy:
     """A rank's part in one strategy. Workers call `step` per batch and `end_chunk` after a run
@@ -157,6 +184,8 @@ class Strategy:
         self.timeout_s = timeout_s
         self.params = _trainable(model)
         self.n_params = sum(p.numel() for p in self.params)
+        self.replay_s: float | None = None
+        self._replay_grads: list[torch.Tensor] = []
 
     @property
     def is_worker(self) -> bool:
@@ -171,7 +200,38 @@ class Strategy:
         return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
                                weight_decay=self.weight_decay)
 
+    def set_replay(self, seconds: float, seed: int = 0) -> None:
+        """Replay compute: every step waits `seconds` instead of running forward + backward."""
+        if not seconds >= 0:
+            raise ValueError(f"replay time must be >= 0 s, got {seconds!r}")
+        self.replay_s = float(seconds)
+        if self.is_worker and not self._replay_grads:
+            self._replay_grads = replay_gradients(self.params, seed, self.rank)
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        """Replay's stand-in for autograd's post-accumulate hook (strategies that hook override)."""
+
+    def _replay(self) -> float:
+        """Wait the reference compute time; gradients appear in reverse order over the backward
+        share of it. Returns NaN: no forward pass, no loss."""
+        t0 = time.perf_counter()
+        total = self.replay_s or 0.0
+        forward_end = t0 + total * (1 - BACKWARD_SHARE)
+        _sleep_until(forward_end)
+        n = len(self.params)
+        pairs = zip(reversed(self.params), reversed(self._replay_grads), strict=True)
+        for i, (p, g) in enumerate(pairs):
+            _sleep_until(forward_end + total * BACKWARD_SHARE * (i + 1) / n)
+            if p.grad is None:
+                p.grad = g.clone()
+            else:
+                p.grad.copy_(g)
+            self._grad_ready(p)
+        return math.nan
+
     def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        if self.replay_s is not None:
+            return self._replay()
         for p in self.params:
             p.grad = None
         loss = self.loss_fn(model(x), y)
@@ -504,6 +564,9 @@ class AllReduce(Strategy):
         if self.overlap:
             self._launch_ready()
 
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        self._on_grad(p)
+
     def _launch_ready(self, force: bool = False) -> None:
         while self._next < len(self.buckets):
             bucket = self.buckets[self._next]
@@ -637,6 +700,10 @@ class DDP(Strategy):
         _real_hook_annotations()
         self.ddp.register_comm_hook(self.state, _ddp_allreduce_hook)
         self.opt = self._optimizer(self.params)
+
+    def set_replay(self, seconds: float, seed: int = 0) -> None:
+        raise ValueError("compute replay cannot drive DDP's C++ reducer; use strategy allreduce "
+                         "(bucketed, overlapped) for replayed runs")
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         self.state.reset()

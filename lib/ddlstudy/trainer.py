@@ -13,10 +13,19 @@ worker r takes rows r*b..(r+1)*b. `single` with batch N*b therefore sees exactly
 what N workers see, which is what makes the strategies comparable to it weight for weight.
 Synthetic data is one global batch generated on every engine (Horovod's synthetic benchmark
 reuses one batch too), so throughput runs never wait on I/O.
+
+Compute replay (`compute="replay"`): workers wait a reference forward + backward time instead of
+computing (see `ddlstudy.strategies`), while gradients of the model's real sizes go through the
+real strategy and collectives. The reference comes from `replay_source`: "measured" (this
+model's single-worker step timed on rank 0 alone, before the run), "gpu" (the stored H100
+table) or a CSV path. `time_dilation` multiplies the wait: with links scaled by `scale`
+(ddlstudy.netem), 1/scale keeps the real cluster's compute:communication ratio, and images/sec
+x time_dilation (`images_per_sec_cluster`) is the rate the real cluster would reach.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -49,6 +58,9 @@ _DATASET_SHAPE: dict[str, str | tuple[int, int, int]] = {
 STEP_COLUMNS = ["step", "rank", "role", "chunk", "compute_s", "comm_s", "comm_wait_s", "update_s",
                 "idle_s", "step_s", "bytes_sent", "bytes_recv", "loss", "images", "staleness",
                 "source"]
+COMPUTE_MODES = ("real", "replay")
+# (model, shape, batch, dtype, threads) -> seconds: "measured" replay times, once per driver.
+_MEASURED: dict[tuple[Any, ...], float] = {}
 CHUNK_TARGET_S = 1.0  # aim for about one engine call per second: a lively bar, little overhead
 MIN_TIMED_CHUNKS = 10  # ... but at least this many timed chunks, for the +- of img/sec
 
@@ -62,6 +74,8 @@ class TrainConfig:
     epochs: when set, train that many passes over the data (steps = epochs x steps per epoch
     minus warm-up) and evaluate after each; eval: test accuracy on real data sets.
     timeout_s: bound on any one communication wait (None: the cluster's collective timeout).
+    compute: "real" or "replay" (wait the reference time of `replay_source` instead of
+    computing); time_dilation: factor on the replayed wait (1/scale under scaled links).
     """
 
     model: str = "mlp"
@@ -87,6 +101,9 @@ class TrainConfig:
     num_classes: int | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None
+    compute: str = "real"
+    replay_source: str = "measured"
+    time_dilation: float = 1.0
 
     @property
     def n_servers(self) -> int:
@@ -113,7 +130,8 @@ class TrainConfig:
             extra = f"/{self.algorithm}" + ("" if self.overlap else "/no-overlap")
         elif self.strategy in PS_STRATEGIES:
             extra = f"/{self.n_servers}srv"
-        return f"{self.strategy}{extra} {self.model} x{self.workers}"
+        replay = " replay" if self.compute == "replay" else ""
+        return f"{self.strategy}{extra} {self.model} x{self.workers}{replay}"
 
     def validate(self) -> TrainConfig:
         """Raise ValueError with one line naming the bad field and the valid choices."""
@@ -151,6 +169,15 @@ class TrainConfig:
                              f"bucket_mb={self.bucket_mb}")
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        choice("compute", self.compute, COMPUTE_MODES)
+        if self.compute == "replay" and self.strategy == "ddp":
+            raise ValueError("compute replay cannot drive ddp (its reducer is C++); use strategy "
+                             "allreduce for replayed runs")
+        if not self.time_dilation > 0:
+            raise ValueError(f"time_dilation must be > 0, got {self.time_dilation!r}")
+        if self.time_dilation != 1.0 and self.compute != "replay":
+            raise ValueError(f"time_dilation={self.time_dilation:g} only applies to "
+                             "compute='replay'")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -215,7 +242,23 @@ def _load(config: TrainConfig, train: bool, n: int | None = None) -> tuple[torch
     return x.to(DTYPES[config.dtype]).contiguous(), y
 
 
-def _engine_setup(cfg: dict[str, Any], run_id: str) -> dict[str, Any]:
+def _engine_measure(cfg: dict[str, Any], steps: int = 10, warmup: int = 3) -> float:
+    """This engine's median forward + backward time for the config's model (replay 'measured')."""
+    from ddlstudy.cluster import engine_device
+    from ddlstudy.replay import measure
+
+    config = TrainConfig(**cfg)
+    shape = config.input_shape
+    if not isinstance(shape, str) or config.model_kwargs or config.dtype != "float32":
+        raise ValueError(f"replay_source 'measured' times named shapes in float32 with default "
+                         f"model arguments; got shape {shape!r}, dtype {config.dtype}, "
+                         f"model_kwargs {config.model_kwargs}")
+    table = measure([config.model], shape, config.batch_size, engine_device(), steps, warmup)
+    return float(table["compute_s_p50"].iloc[0])
+
+
+def _engine_setup(cfg: dict[str, Any], run_id: str,
+                  replay_s: float | None = None) -> dict[str, Any]:
     """Build this rank's model, strategy and data (every rank seeds the same initial weights)."""
     from ddlstudy.cluster import engine_device
     from ddlstudy.models import build_model
@@ -238,6 +281,10 @@ def _engine_setup(cfg: dict[str, Any], run_id: str) -> dict[str, Any]:
                              weight_decay=config.weight_decay, algorithm=config.algorithm,
                              bucket_mb=config.bucket_mb, overlap=config.overlap,
                              timeout_s=config.timeout_s or DEFAULT_TIMEOUT_S)
+    if config.compute == "replay":
+        if replay_s is None:
+            raise ValueError("compute replay needs the reference time (train() resolves it)")
+        strategy.set_replay(replay_s * config.time_dilation, seed=config.seed)
     run: dict[str, Any] = {"config": config, "rank": rank, "world": world, "role": strategy.role,
                            "strategy": strategy, "device": device, "step": 0, "perm": (-1, None)}
     info = {"rank": rank, "role": strategy.role, "params": strategy.n_params, "train_size": 0}
@@ -333,6 +380,40 @@ def _engine_teardown(run_id: str) -> None:
 
 
 # ----------------------------------------------------------------------------- driver side
+def replay_seconds(cluster: Any, config: TrainConfig, timeout_s: float = 600) -> float:
+    """The reference forward + backward seconds a replayed worker waits (before dilation).
+
+    'measured' runs on rank 0 while every other engine is idle, once per model, shape, batch
+    and engine thread count per driver process; 'gpu' or a CSV path reads a table.
+    """
+    from ddlstudy import replay
+
+    if config.replay_source == "measured":
+        threads = cluster.info()[0].get("threads") if cluster.info() else None
+        key = (config.model, str(config.input_shape), config.batch_size, config.dtype,
+               json.dumps(config.model_kwargs, sort_keys=True), threads)
+        if key not in _MEASURED:
+            _MEASURED[key] = float(cluster.run_rank(0, _engine_measure, config.to_dict(),
+                                                    timeout=timeout_s))
+        return _MEASURED[key]
+    shape = config.input_shape
+    if not isinstance(shape, str):
+        raise ValueError(f"replay tables are per named shape (cifar, mnist, imagenet); the run's "
+                         f"shape is {shape!r}: set shape, or use replay_source 'measured'")
+    return replay.compute_time(replay.load_table(config.replay_source), config.model, shape,
+                               config.batch_size)
+
+
+def network_info(cluster: Any) -> dict[str, Any]:
+    """What network the cluster's engines talk over, for the records (set by
+    `grid.emulated_cluster`; plain clusters: none, unshaped)."""
+    info = getattr(cluster, "network_info", None)
+    if info:
+        return dict(info)
+    return {"profile": "none", "scale": None, "latency_emulated": False,
+            "note": "no emulated network: engines talk over the host's own interfaces, unshaped"}
+
+
 def _chunk_size(remaining: int, step_time: float | None, cap: int, to_boundary: int | None) -> int:
     k = 1 if step_time is None else max(1, int(CHUNK_TARGET_S / max(step_time, 1e-6)))
     k = min(k, remaining, cap)
@@ -360,6 +441,8 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     timeout_s = config.timeout_s or cluster.collective_timeout_s
     cluster.init_process_group(world_size=world, timeout_s=timeout_s)
     run_id = uuid.uuid4().hex[:12]
+    replay_s = replay_seconds(cluster, config) if config.compute == "replay" else math.nan
+    net = network_info(cluster)
     rows: list[dict[str, Any]] = []
     chunks: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
@@ -369,7 +452,8 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     infos: list[dict[str, Any]] = []
     try:
         cfg = dict(config.to_dict(), timeout_s=timeout_s)
-        infos = cluster.run(_engine_setup, cfg, run_id, world_size=world,
+        infos = cluster.run(_engine_setup, cfg, run_id,
+                            None if math.isnan(replay_s) else replay_s, world_size=world,
                             timeout=timeout_s + 300)
         train_size = infos[0]["train_size"]
         per_epoch = train_size // (config.batch_size * config.workers)
@@ -422,18 +506,41 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
         except Exception:  # noqa: BLE001 - a stuck engine must not hide the real error
             pass
         if error is not None and out_dir is not None:
-            _write_partial(out_dir, config, rows, error)
+            _write_partial(out_dir, config, rows, error, network=net)
     n_params = infos[0]["params"] if infos else 0
-    steps_df = _steps_frame(rows)
+    steps_df = _steps_frame(rows).assign(**_compute_columns(config, replay_s))
     chunks_df = pd.DataFrame(chunks, columns=["chunk", "steps", "wall_s", "images",
                                               "images_per_sec"])
     evals_df = pd.DataFrame(evals, columns=["epoch", "step", "test_accuracy", "test_loss",
                                             "test_size"])
-    summary = summarize(config, steps_df, chunks_df, evals_df, n_params)
+    summary = summarize(config, steps_df, chunks_df, evals_df, n_params, replay_s=replay_s,
+                        network=net)
     result = TrainResult(config, summary, steps_df, evals_df, chunks_df, weights)
     if out_dir is not None:
-        result.out_dir = write_result(result, out_dir, engines=cluster.info()[:world])
+        result.out_dir = write_result(result, out_dir, engines=cluster.info()[:world],
+                                      network=net, **_compute_columns(config, replay_s))
     return result
+
+
+def _compute_columns(config: TrainConfig, replay_s: float) -> dict[str, Any]:
+    """How compute was done, as every record of a run states it."""
+    replay = config.compute == "replay"
+    return {"compute_mode": config.compute, "replay_source": config.replay_source if replay else "",
+            "replay_s": replay_s, "time_dilation": config.time_dilation}
+
+
+def conditions(config: TrainConfig, network: dict[str, Any] | None = None) -> str:
+    """One phrase for titles and text: how compute was done and what links carried the run."""
+    parts = []
+    if config.compute == "replay":
+        dil = f", x{config.time_dilation:g} dilated" if config.time_dilation != 1 else ""
+        parts.append(f"compute replayed from {config.replay_source}{dil}")
+    profile = (network or {}).get("profile", "none")
+    if profile not in ("none", "loopback", "unshaped") and network and network.get("scale"):
+        parts.append(f"links shaped to {profile}-like x {network['scale']:g}")
+    elif profile == "unshaped":
+        parts.append("namespaced links, unshaped")
+    return "; ".join(parts)
 
 
 def _steps_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -449,7 +556,8 @@ def _steps_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
-              evals: pd.DataFrame, n_params: int) -> pd.DataFrame:
+              evals: pd.DataFrame, n_params: int, *, replay_s: float = math.nan,
+              network: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row: throughput over the timed windows, medians of the per-step times, bytes."""
     workers = steps[steps["role"] == "worker"]
     servers = steps[steps["role"] == "server"]
@@ -509,6 +617,10 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         "test_accuracy": float(evals["test_accuracy"].iloc[-1]) if len(evals) else math.nan,
         "lr": config.lr,
         "seed": config.seed,
+        **_compute_columns(config, replay_s),
+        "images_per_sec_cluster": ips * config.time_dilation,
+        "network": (network or {}).get("profile", "none"),
+        "network_scale": (network or {}).get("scale"),
     }
     return pd.DataFrame([row])
 
@@ -528,13 +640,13 @@ def write_result(result: TrainResult, out_dir: str | Path, **extra: Any) -> Path
 
 
 def _write_partial(out_dir: str | Path, config: TrainConfig, rows: list[dict[str, Any]],
-                   error: BaseException) -> None:
+                   error: BaseException, **extra: Any) -> None:
     from ddlstudy import records
 
     try:
         if rows:
             records.write_table(_steps_frame(rows), out_dir, "steps")
         records.write_meta(out_dir, config.to_dict(),
-                           status=f"failed: {type(error).__name__}: {error}")
+                           status=f"failed: {type(error).__name__}: {error}", **extra)
     except Exception:  # noqa: BLE001 - the original error matters more
         pass

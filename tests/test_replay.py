@@ -1,0 +1,113 @@
+"""Compute replay in the trainer: a replayed step waits its target, gradients still meet for
+real (same bytes, the right average), and a run inside an emulated network records that network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddlstudy import netem
+from ddlstudy.cluster import Cluster
+from ddlstudy.grid import dilation, emulated_cluster
+from ddlstudy.models import build_model
+from ddlstudy.strategies import flat_params, replay_gradients
+from ddlstudy.trainer import TrainConfig, conditions, train
+
+AVAILABLE, WHY = netem.available()
+MLP_S = 0.05  # the reference step of the table below
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A replay table with one row: mlp at the MNIST shape, batch 8, 50 ms."""
+    path = tmp_path_factory.mktemp("replay") / "ref.csv"
+    path.write_text(f"model,shape,batch_size,compute_s_p50\nmlp,mnist,8,{MLP_S}\n")
+    return str(path)
+
+
+def _config(table: str, **kw: object) -> TrainConfig:
+    base = dict(model="mlp", shape="mnist", dataset="synthetic", batch_size=8, steps=4,
+                warmup_steps=1, compute="replay", replay_source=table)
+    return TrainConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"strategy": "ddp"}, "cannot drive ddp"),
+    ({"compute": "real", "time_dilation": 10.0}, "only applies to compute='replay'"),
+    ({"compute": "simulated"}, "unknown compute 'simulated'"),
+    ({"time_dilation": 0.0}, "time_dilation must be > 0"),
+])
+def test_bad_replay_config_is_one_line(kw: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as err:
+        _config("gpu", **kw).validate()
+    assert "\n" not in str(err.value)
+
+
+def test_replayed_compute_lasts_its_target_within_5_percent(cluster: Cluster,
+                                                            table: str) -> None:
+    """Overlapped all-reduce (hooks firing, the comm thread busy) must not stretch the wait."""
+    config = _config(table, strategy="allreduce", workers=2, time_dilation=3.0)
+    result = train(cluster, config, progress=False)
+    target = MLP_S * 3.0
+    workers = result.steps[result.steps["role"] == "worker"]
+    assert len(workers) == 2 * config.steps
+    for value in workers["compute_s"]:
+        assert value == pytest.approx(target, rel=0.05)
+    row = result.row
+    assert row["compute_mode"] == "replay" and row["replay_s"] == MLP_S
+    assert row["time_dilation"] == 3.0
+    assert row["images_per_sec_cluster"] == pytest.approx(3.0 * row["images_per_sec"])
+    assert set(result.steps["compute_mode"]) == {"replay"}
+    assert "compute replayed from" in conditions(config)
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "ps_sync"])
+def test_replay_moves_real_gradients_and_averages_them(cluster: Cluster, table: str,
+                                                       strategy: str) -> None:
+    """One timed step: weights = w0 - lr x mean of the ranks' gradients (rank r sends the seeded
+    draw x (1 + r)), and each worker sends what the real mode sends."""
+    n, lr = 3, 0.5
+    config = _config(table, strategy=strategy, algorithm="ring", workers=n, steps=1,
+                     warmup_steps=0, lr=lr)
+    result = train(cluster, config, progress=False, return_weights=True)
+    torch.manual_seed(config.seed)
+    model = build_model("mlp", "mnist")
+    params = [p for p in model.parameters() if p.requires_grad]
+    mean = torch.cat([g.reshape(-1) for g in replay_gradients(params, config.seed, 0)])
+    mean *= sum(1 + r for r in range(n)) / n
+    expected = flat_params(model) - lr * mean
+    assert result.weights is not None
+    torch.testing.assert_close(result.weights, expected, rtol=1e-5, atol=1e-6)
+    model_bytes = sum(p.numel() for p in params) * 4
+    sent = result.row["bytes_sent_per_step"]
+    if strategy == "allreduce":  # ring: 2(N-1)/N of every bucket, as in the real mode
+        assert sent == pytest.approx(2 * (n - 1) / n * model_bytes, rel=1e-3)
+        real = train(cluster, TrainConfig(**{**config.to_dict(), "compute": "real"}),
+                     progress=False)
+        assert real.row["bytes_sent_per_step"] == sent
+    else:  # PS: the whole gradient plus a 16-byte header
+        assert sent == model_bytes + 16
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(not AVAILABLE, reason=f"network namespaces unavailable: {WHY}")
+def test_run_inside_emulated_network_records_it(tmp_path: Path, table: str) -> None:
+    with emulated_cluster("25GbE", 2, scale=0.01, collective_timeout_s=60) as cluster:
+        assert cluster.emulated_network is not None
+        config = _config(table, strategy="allreduce", workers=2, steps=1, warmup_steps=0,
+                         time_dilation=dilation(cluster, "replay"))
+        result = train(cluster, config, tmp_path / "run", progress=False)
+        namespaces = list(cluster.emulated_network.namespaces)
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    net = meta["network"]
+    assert net["profile"] == "25GbE" and net["scale"] == 0.01
+    assert net["real_rate_bps"] == 25e9 and net["emulated_rate_bps"] == pytest.approx(25e7)
+    assert net["latency_emulated"] is False and sorted(net["rank_nodes"]) == [0, 1]
+    assert meta["compute_mode"] == "replay" and meta["time_dilation"] == pytest.approx(100.0)
+    assert result.row["network"] == "25GbE" and result.row["network_scale"] == 0.01
+    assert "links shaped to 25GbE-like x 0.01" in conditions(config, net)
+    left = set(netem._netns_list())
+    assert not left & set(namespaces), "namespaces left behind"
