@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ddlstudy.params import CHAPTERS
+from ddlstudy.params import CHAPTERS, load_params
 from ddlstudy.report import run_report
 
 
@@ -23,7 +23,11 @@ def ci_run(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
 def test_every_chapter_runs_and_renders(ci_run) -> None:
     _, out, result = ci_run
     assert result.failed == {}, result.failed
-    assert {name.split("-")[0] for name in result.ran} == set(CHAPTERS)
+    files, _, _ = ci_run
+    chapters = load_params(*files).report.chapters
+    assert {name.split("-")[0] for name in result.ran} == set(chapters)
+    # Only the chapter that needs namespaces and minutes may sit out of the tiny run.
+    assert set(CHAPTERS) - set(chapters) <= {"05_network_profiles"}
     index = result.index.read_text()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["git_sha"] in index and "Parameters" in index

@@ -25,7 +25,7 @@ STRATEGY_NAMES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "d
 DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10")
 NETWORKS = ("none", "1GbE", "10GbE", "25GbE", "IB-EDR")
 CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_ring",
-            "04_utilization_traffic", "99_conclusions")
+            "04_utilization_traffic", "05_network_profiles", "99_conclusions")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
 
@@ -158,6 +158,46 @@ class TrainingParams(_Section):
         return v
 
 
+class NetworkParams(_Section):
+    """The emulated cluster network (ddlstudy.netem) and chapter 05's profile comparison."""
+
+    scale: float = Field(0.01, gt=0, le=1, description="emulated link rate = profile rate x scale")
+    profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
+    model: str = "resnet50"
+    workers: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    # Pipelined (isend/irecv) ring, as Horovod/NCCL run it: the blocking even/odd `ring` uses
+    # each full-duplex link one direction at a time, half the rate on shaped links.
+    algorithm: str = "ring_pipelined"
+    batch_size: int = Field(32, ge=1)
+    steps: int = Field(2, ge=1)
+    warmup_steps: int = Field(1, ge=0)
+    replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one profile, e.g. [IB-EDR, 10GbE]")
+        return _known(v, NETWORKS[1:], "network profile")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        return _known([v], MODEL_NAMES, "model")[0]
+
+    @field_validator("algorithm")
+    @classmethod
+    def _algorithm(cls, v: str) -> str:
+        return _known([v], ALGORITHM_NAMES, "algorithm")[0]
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: list[int]) -> list[int]:
+        if not v or any(w < 1 or w > 64 for w in v):
+            raise ValueError("each worker count must be 1..64, e.g. [1, 2, 4]")
+        return v
+
+
 class MonitorParams(_Section):
     interval_s: float = Field(0.5, gt=0)
     workers: list[int] = Field(default_factory=lambda: [2, 4])
@@ -190,6 +230,7 @@ class StudyParams(_Section):
     data: DataParams = Field(default_factory=DataParams)
     collectives: CollectivesParams = Field(default_factory=CollectivesParams)
     training: TrainingParams = Field(default_factory=TrainingParams)
+    network: NetworkParams = Field(default_factory=NetworkParams)
     monitor: MonitorParams = Field(default_factory=MonitorParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
@@ -198,6 +239,7 @@ class StudyParams(_Section):
         if self.cluster.profile:
             return self
         need = max([*self.collectives.ranks, *(w + 1 for w in self.monitor.workers),
+                    *self.network.workers,
                     *(w + self.training.servers_for(s) for w in self.training.workers
                       for s in self.training.strategies)])
         if need > self.cluster.workers:
