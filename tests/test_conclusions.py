@@ -25,12 +25,13 @@ def _write(run: Path, chapter: str, name: str, df: pd.DataFrame) -> None:
 
 
 def test_verdicts_follow_the_numbers(tmp_path: Path) -> None:
-    good, bad = tmp_path / "good", tmp_path / "bad"
-    _write(good, "03_ps_vs_ring-resnet18", "summary", _summary(ps_top=15.0, ring_top=35.0))
-    _write(bad, "03_ps_vs_ring-resnet18", "summary", _summary(ps_top=35.0, ring_top=15.0))
-    verdict = {run.name: claims_table(run).set_index("claim")["verdict"] for run in (good, bad)}
+    runs = {"good": (15.0, 35.0), "bad": (35.0, 15.0), "tie": (30.0, 31.0)}
+    for name, (ps_top, ring_top) in runs.items():
+        _write(tmp_path / name, "03_ps_vs_ring-resnet18", "summary", _summary(ps_top, ring_top))
+    verdict = {name: claims_table(tmp_path / name).set_index("claim")["verdict"] for name in runs}
     key = "Ring all-reduce scales with workers; the PS levels off"
     assert verdict["good"][key] == "agrees" and verdict["bad"][key] == "differs"
+    assert verdict["tie"][key] == "inconclusive"  # within one host's noise
 
 
 def test_missing_records_say_not_measured(tmp_path: Path) -> None:
