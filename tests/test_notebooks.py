@@ -35,9 +35,13 @@ def test_every_chapter_runs_and_renders(ci_run) -> None:
         assert f'href="{name}.html"' in index
         page = (out / "report" / f"{name}.html").read_text()
         assert "Traceback" not in page
-    for chapter in ("01_cluster_setup", "02_collectives", "03_ps_vs_ring-mlp"):
+    # Figures the chapters draw, embedded as <img> (the page's CSS has a base64 PNG of its own).
+    expected = {"00_background": 1, "01_cluster_setup": 1, "02_collectives": 3,
+                "03_ps_vs_ring-mlp": 3, "04_utilization_traffic": 3}
+    for chapter, figures in expected.items():
         page = (out / "report" / f"{chapter}.html").read_text()
-        assert "data:image/png;base64" in page, f"{chapter} has no embedded figure"
+        found = page.count('src="data:image/png;base64')
+        assert found >= figures, f"{chapter}: {found} embedded figures, expected {figures}"
 
 
 def test_each_chapter_writes_records_with_meta(ci_run) -> None:
