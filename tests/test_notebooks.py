@@ -65,7 +65,7 @@ def test_second_run_resumes_and_reruns_nothing(ci_run) -> None:
 def test_failing_chapter_keeps_its_copy_and_is_named(ci_run, tmp_path: Path) -> None:
     files, out, _ = ci_run
     bad = tmp_path / "bad.yaml"
-    bad.write_text("report:\n  chapters: [00_background]\n  cell_timeout_s: 10\n"
+    bad.write_text("report:\n  chapters: [00_background]\n  cell_timeout_s: 300\n"
                    "collectives:\n  algorithms: [ring]\n")
     run = tmp_path / "failrun"
     nb = nbformat.read(out / "00_background.ipynb", 4)

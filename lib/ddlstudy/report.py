@@ -77,10 +77,18 @@ def execute(job: Job, run_dir: Path, params: StudyParams) -> str | None:
                             cwd=str(NOTEBOOKS), progress_bar=False,
                             execution_timeout=params.report.cell_timeout_s)
     except Exception as err:  # noqa: BLE001 - any failure is reported, the grid goes on
-        return f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err) else ''}"
+        return _first_line(err)
     (run_dir / f"{job.name}.done.json").write_text(json.dumps(
         {"digest": job.digest(params), "finished": time.time()}) + "\n")
     return None
+
+
+def _first_line(err: Exception) -> str:
+    """The error in one line: the failing cell's exception, not papermill's banner."""
+    if getattr(err, "ename", None):
+        return f"{err.ename}: {str(getattr(err, 'evalue', '')).strip()}"
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip().strip("-")]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
 
 
 def render(run_dir: Path, jobs: list[Job], failures: dict[str, str], skipped: set[str],
