@@ -122,7 +122,10 @@ class _Sampler:
 
     def sample(self, first: bool = False) -> None:
         t = time.time()
-        sent, recv, psent, precv = (a - b for a, b in zip(self._net(), self._base, strict=True))
+        net = self._net()
+        if first:  # counters start at this sample: lo is shared, others' traffic moves it anytime
+            self._base = net
+        sent, recv, psent, precv = (a - b for a, b in zip(net, self._base, strict=True))
         gpu_util, gpu_mem = self.gpu.sample()
         row = {
             "t": t, "cpu_pct": NAN if first else self.proc.cpu_percent(None),
