@@ -187,7 +187,9 @@ def ps_setups_timeline(mon: pd.DataFrame, title: str = "") -> Figure:
         ax.plot(t, part["bytes_recv_per_s"] / 1e6, label=f"{workers} workers")
         offset = float(t.max()) + 1.0
     ax.set_xlabel("time (s), setups concatenated")
-    ax.set_ylabel("server MB received / s")
+    shared = "iface_shared" in server and bool(server["iface_shared"].any())
+    # On a shared lo the server's counter is every local engine's traffic: say so on the axis.
+    ax.set_ylabel("loopback MB / s (all engines)" if shared else "server MB received / s")
     ax.legend()
     ax.set_title(title or "Parameter Server traffic as workers are added")
     return fig
