@@ -165,8 +165,7 @@ class NetworkParams(_Section):
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
     model: str = "resnet50"
     workers: list[int] = Field(default_factory=lambda: [1, 2, 4])
-    # Pipelined (isend/irecv) ring, as Horovod/NCCL run it: the blocking even/odd `ring` uses
-    # each full-duplex link one direction at a time, half the rate on shaped links.
+    # Pipelined (isend/irecv) ring, as Horovod/NCCL run it: segments in flight across steps.
     algorithm: str = "ring_pipelined"
     batch_size: int = Field(32, ge=1)
     steps: int = Field(2, ge=1)
