@@ -12,10 +12,18 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 MODEL_NAMES = ("alexnet", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "googlenet",
                "shallow_cnn", "mlp")
@@ -43,6 +51,20 @@ def parse_size(value: int | str) -> int:
         raise ValueError(f"{value!r} is not a size; write e.g. 8, 8K, 64M or 1G")
     number, unit = float(m.group(1)), (m.group(2) or "B").upper()[:1]
     return int(number * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
+
+
+def _worker_counts(v: list[int]) -> list[int]:
+    if not v or any(w < 1 or w > 64 for w in v):
+        raise ValueError("each worker count must be 1..64, e.g. [1, 2, 4]")
+    return v
+
+
+def _one_algorithm(v: str) -> str:
+    return _known([v], ALGORITHM_NAMES, "algorithm")[0]
+
+
+WorkerCounts = Annotated[list[int], AfterValidator(_worker_counts)]
+AlgorithmName = Annotated[str, AfterValidator(_one_algorithm)]
 
 
 class _Section(BaseModel):
@@ -109,9 +131,9 @@ class TrainingParams(_Section):
     models: list[str] = Field(default_factory=lambda: ["resnet18"])
     shape: Literal["cifar", "mnist", "imagenet"] = "cifar"
     dataset: Literal["synthetic", "digits", "mnist", "fashion_mnist", "cifar10"] = "synthetic"
-    workers: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
     strategies: list[str] = Field(default_factory=lambda: ["ps_sync", "allreduce"])
-    algorithm: str = "ring"
+    algorithm: AlgorithmName = "ring"
     servers: int | None = Field(None, ge=1,
                                 description="PS server processes for ps_sharded (None: 2)")
     batch_size: int = Field(32, ge=1)
@@ -140,22 +162,10 @@ class TrainingParams(_Section):
     def _strategies(cls, v: list[str]) -> list[str]:
         return _known(v, STRATEGY_NAMES, "strategy")
 
-    @field_validator("algorithm")
-    @classmethod
-    def _algorithm(cls, v: str) -> str:
-        return _known([v], ALGORITHM_NAMES, "algorithm")[0]
-
     @field_validator("network")
     @classmethod
     def _network(cls, v: str) -> str:
         return _known([v], NETWORKS, "network")[0]
-
-    @field_validator("workers")
-    @classmethod
-    def _workers(cls, v: list[int]) -> list[int]:
-        if not v or any(w < 1 or w > 64 for w in v):
-            raise ValueError("each worker count must be 1..64, e.g. [1, 2, 4]")
-        return v
 
 
 class NetworkParams(_Section):
@@ -164,9 +174,9 @@ class NetworkParams(_Section):
     scale: float = Field(0.01, gt=0, le=1, description="emulated link rate = profile rate x scale")
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
     model: str = "resnet50"
-    workers: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
     # Pipelined (isend/irecv) ring, as Horovod/NCCL run it: segments in flight across steps.
-    algorithm: str = "ring_pipelined"
+    algorithm: AlgorithmName = "ring_pipelined"
     batch_size: int = Field(32, ge=1)
     steps: int = Field(2, ge=1)
     warmup_steps: int = Field(1, ge=0)
@@ -184,22 +194,10 @@ class NetworkParams(_Section):
     def _model(cls, v: str) -> str:
         return _known([v], MODEL_NAMES, "model")[0]
 
-    @field_validator("algorithm")
-    @classmethod
-    def _algorithm(cls, v: str) -> str:
-        return _known([v], ALGORITHM_NAMES, "algorithm")[0]
-
-    @field_validator("workers")
-    @classmethod
-    def _workers(cls, v: list[int]) -> list[int]:
-        if not v or any(w < 1 or w > 64 for w in v):
-            raise ValueError("each worker count must be 1..64, e.g. [1, 2, 4]")
-        return v
-
 
 class MonitorParams(_Section):
     interval_s: float = Field(0.5, gt=0)
-    workers: list[int] = Field(default_factory=lambda: [2, 4])
+    workers: WorkerCounts = Field(default_factory=lambda: [2, 4])
     models: list[str] = Field(default_factory=lambda: ["resnet18"])
     steps: int = Field(10, ge=1)
 
