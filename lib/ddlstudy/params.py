@@ -63,8 +63,18 @@ def _one_algorithm(v: str) -> str:
     return _known([v], ALGORITHM_NAMES, "algorithm")[0]
 
 
+def _model_names(v: list[str]) -> list[str]:
+    return _known(v, MODEL_NAMES, "model")
+
+
+def _one_model(v: str) -> str:
+    return _known([v], MODEL_NAMES, "model")[0]
+
+
 WorkerCounts = Annotated[list[int], AfterValidator(_worker_counts)]
 AlgorithmName = Annotated[str, AfterValidator(_one_algorithm)]
+ModelNames = Annotated[list[str], AfterValidator(_model_names)]
+ModelName = Annotated[str, AfterValidator(_one_model)]
 
 
 class _Section(BaseModel):
@@ -128,7 +138,7 @@ class CollectivesParams(_Section):
 
 
 class TrainingParams(_Section):
-    models: list[str] = Field(default_factory=lambda: ["resnet18"])
+    models: ModelNames = Field(default_factory=lambda: ["resnet18"])
     shape: Literal["cifar", "mnist", "imagenet"] = "cifar"
     dataset: Literal["synthetic", "digits", "mnist", "fashion_mnist", "cifar10"] = "synthetic"
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
@@ -145,11 +155,6 @@ class TrainingParams(_Section):
     network: str = "none"
     compute: Literal["real", "replay"] = "real"
     replay_source: str = Field("measured", description="'measured', 'gpu' or a CSV path")
-
-    @field_validator("models")
-    @classmethod
-    def _models(cls, v: list[str]) -> list[str]:
-        return _known(v, MODEL_NAMES, "model")
 
     def servers_for(self, strategy: str) -> int:
         """Engines a strategy needs beyond its workers (PS server processes)."""
@@ -173,7 +178,7 @@ class NetworkParams(_Section):
 
     scale: float = Field(0.01, gt=0, le=1, description="emulated link rate = profile rate x scale")
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
-    model: str = "resnet50"
+    model: ModelName = "resnet50"
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
     # Pipelined (isend/irecv) ring, as Horovod/NCCL run it: segments in flight across steps.
     algorithm: AlgorithmName = "ring_pipelined"
@@ -189,22 +194,12 @@ class NetworkParams(_Section):
             raise ValueError("name at least one profile, e.g. [IB-EDR, 10GbE]")
         return _known(v, NETWORKS[1:], "network profile")
 
-    @field_validator("model")
-    @classmethod
-    def _model(cls, v: str) -> str:
-        return _known([v], MODEL_NAMES, "model")[0]
-
 
 class MonitorParams(_Section):
     interval_s: float = Field(0.5, gt=0)
     workers: WorkerCounts = Field(default_factory=lambda: [2, 4])
-    models: list[str] = Field(default_factory=lambda: ["resnet18"])
+    models: ModelNames = Field(default_factory=lambda: ["resnet18"])
     steps: int = Field(10, ge=1)
-
-    @field_validator("models")
-    @classmethod
-    def _models(cls, v: list[str]) -> list[str]:
-        return _known(v, MODEL_NAMES, "model")
 
 
 class ReportParams(_Section):
