@@ -83,8 +83,20 @@ def _feature_side(features: nn.Module, in_shape: Sequence[int]) -> tuple[int, in
     return tuple(out.shape[1:])  # type: ignore[return-value]
 
 
+class _FeaturesPoolClassifier(nn.Module):
+    """AlexNet's and VGG's shape: conv `features`, `avgpool` to a fixed map, FC `classifier`."""
+
+    features: nn.Module
+    avgpool: nn.Module
+    classifier: nn.Module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.avgpool(self.features(x))
+        return self.classifier(torch.flatten(x, 1))
+
+
 # --------------------------------------------------------------------------------------- AlexNet
-class AlexNet(nn.Module):
+class AlexNet(_FeaturesPoolClassifier):
     """AlexNet as in torchvision (the single-GPU "one weird trick" variant, 61.1M params).
 
     Small inputs: 3x3 stride-1 convolutions with 2x2 max-pools (32 -> 16 -> 8 -> 4; 28 -> 3),
@@ -132,10 +144,6 @@ class AlexNet(nn.Module):
         )  # fmt: skip
         _init_cnn(self)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.avgpool(self.features(x))
-        return self.classifier(torch.flatten(x, 1))
-
 
 # ------------------------------------------------------------------------------------------- VGG
 _VGG_CFG: dict[str, list[int | str]] = {
@@ -146,7 +154,7 @@ _VGG_CFG: dict[str, list[int | str]] = {
 }  # fmt: skip
 
 
-class VGG(nn.Module):
+class VGG(_FeaturesPoolClassifier):
     """VGG (configurations D and E) as in torchvision, without batch norm by default.
 
     Small inputs: a max-pool is skipped once the map is 1 pixel wide (MNIST: 28 -> 14 -> 7 -> 3
@@ -195,10 +203,6 @@ class VGG(nn.Module):
             nn.Linear(fc_width, num_classes),
         )  # fmt: skip
         _init_cnn(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.avgpool(self.features(x))
-        return self.classifier(torch.flatten(x, 1))
 
 
 # ---------------------------------------------------------------------------------------- ResNet
