@@ -99,7 +99,7 @@ class _Sampler:
         self.gpu = _Gpu()
         self.rows: list[dict[str, Any]] = []
         self._stop = threading.Event()
-        self._base = self._net()
+        self._base = (0, 0, 0, 0)  # set by the first sample (start)
         self.proc.cpu_percent(None)  # first call primes the interval counters
         self._host_times = psutil.cpu_times()
         self._thread = threading.Thread(target=self._loop, name="ddlstudy-monitor", daemon=True)
