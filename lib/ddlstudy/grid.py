@@ -35,7 +35,7 @@ def cell_dir(out: Path, config: TrainConfig) -> Path:
 def _finished(folder: Path, config: TrainConfig) -> pd.DataFrame | None:
     if not (folder / "summary.csv").exists() or not (folder / "meta.json").exists():
         return None
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = records.read_meta(folder)
     if meta.get("status") != "ok" or meta.get("params") != json.loads(
             json.dumps(config.to_dict(), default=str)):
         return None
