@@ -218,6 +218,8 @@ class StudyParams(_Section):
 
     run_id: str = Field("default", pattern=r"^[A-Za-z0-9_.\-]+$")
     seed: int = 0
+    repeats: int = Field(3, ge=1, le=100, description="interleaved repeats of every measured "
+                         "cell that feeds a verdict (grid cells, chapter 02's collectives)")
     cluster: ClusterParams = Field(default_factory=ClusterParams)
     data: DataParams = Field(default_factory=DataParams)
     collectives: CollectivesParams = Field(default_factory=CollectivesParams)
