@@ -111,3 +111,204 @@ def test_networks_are_sane():
     t = M.predict_network("ring", 1e8, 8, "1GbE")
     assert t == pytest.approx(1.4 + 14 * 50e-6)
     assert not math.isnan(M.predict_table(["ring"], [8], [2], A, B, G)["busbw_gbps"][0])
+
+
+# ----------------------------------------------------------------------------- the step model
+MIB = 2**20
+
+
+def _link_with_beta(beta: float, latency_s: float = 0.0) -> M.Link:
+    """A link whose payload time is exactly `beta` s/B (rate chosen through GOODPUT)."""
+    return M.Link(8.0 / (beta * M.GOODPUT), latency_s)
+
+
+def test_networks_come_from_netem_profiles():
+    from ddlstudy.netem import PROFILES
+
+    assert set(M.NETWORKS) == set(PROFILES)
+    for name, p in PROFILES.items():
+        assert M.NETWORKS[name]["alpha"] == p.latency_s
+        assert M.NETWORKS[name]["beta"] == pytest.approx(8 / p.rate_bps)
+
+
+def test_goodput_is_payload_per_wire_byte():
+    # MTU 1500: 1448 payload bytes per 1514-byte frame
+    assert M.GOODPUT == pytest.approx(1448 / 1514)
+    assert M.profile_link("10GbE", 0.01).beta == pytest.approx(8 / (1e8 * 1448 / 1514))
+
+
+def test_ring_step_moves_2_n_minus_1_over_n_of_the_model():
+    # one 4 MB gradient, 4 workers, no overlap: wire = 2*3/4 * 4e6 * beta = 6e6 * beta
+    beta = 1e-8
+    c = M.Constants(host_s_per_byte=0.0)
+    st = M.allreduce_step([4_000_000], 4, _link_with_beta(beta, 1e-5), 0.5, c, "ring",
+                          bucket_mb=25, overlap=False)
+    assert st.wire_s == pytest.approx(6e6 * beta)
+    assert st.latency_s == pytest.approx(2 * 3 * 1e-5)  # 2(N-1) messages
+    assert st.compute_s == 0.5
+    # host work: ring reduces 3/4 of the buffer, then unpack + optimizer over the model (2x)
+    assert st.host_bytes == pytest.approx(0.75 * 4e6 + 2 * 4e6)
+    assert st.total(c) == pytest.approx(0.5 + 6e-5 + 0.06)
+
+
+def test_one_worker_allreduce_is_compute_plus_update():
+    c = M.Constants(host_s_per_byte=1e-9, overhead_s=0.01)
+    st = M.allreduce_step([1_000_000], 1, _link_with_beta(1e-8), 0.2, c)
+    assert (st.compute_s, st.wire_s, st.latency_s) == (0.2, 0.0, 0.0)
+    assert st.total(c) == pytest.approx(0.2 + 2e6 * 1e-9 + 0.01)
+
+
+def test_overlap_hides_the_first_bucket_under_backward():
+    # Two 1 MiB gradients, 1 MiB buckets, 2 workers, compute 3 s: forward 1 s, backward 2 s, the
+    # last layer's gradient ready at 2 s, the first's at 3 s. Each bucket's ring all-reduce:
+    # 2*(1/2)*1 MiB * beta = 1.5 s. Overlapped: bucket 0 runs 2.0-3.5, bucket 1 3.5-5.0.
+    # Not overlapped: both start at 3 s: 6.0.
+    assert M.BACKWARD_SHARE == pytest.approx(2 / 3)
+    link = _link_with_beta(1.5 / MIB)
+    c = M.Constants(host_s_per_byte=0.0)
+    on = M.allreduce_step([MIB, MIB], 2, link, 3.0, c, "ring", bucket_mb=1, overlap=True)
+    off = M.allreduce_step([MIB, MIB], 2, link, 3.0, c, "ring", bucket_mb=1, overlap=False)
+    assert on.total(c) == pytest.approx(5.0)
+    assert (on.compute_s, on.wire_s) == (pytest.approx(2.0), pytest.approx(3.0))
+    assert off.total(c) == pytest.approx(6.0)
+    # a fast link (0.1 s a bucket): bucket 0 hides under backward; the last bucket is ready only
+    # when backward ends, so it is always exposed: 3.0 + 0.1
+    fast = M.allreduce_step([MIB, MIB], 2, _link_with_beta(0.1 / MIB), 3.0, c, "ring",
+                            bucket_mb=1)
+    assert fast.total(c) == pytest.approx(3.1)
+    assert (fast.compute_s, fast.wire_s) == (pytest.approx(3.0), pytest.approx(0.1))
+
+
+def test_bucket_layout_matches_make_buckets():
+    from torch import nn
+
+    from ddlstudy.strategies import make_buckets
+
+    sizes = [4 * n for n in (1000, 300_000, 50, 700_000, 20, 200_000)]
+    params = [nn.Parameter(__import__("torch").zeros(s // 4)) for s in sizes]
+    real = make_buckets(list(reversed(params)), int(1.5 * MIB))
+    model = M.bucket_layout(sizes, 1.5)
+    assert [b for b, _ in model] == [4 * b.buf.numel() for b in real]
+    assert model[-1][1] == len(sizes) - 1
+
+
+def test_ps_moves_2n_models_through_one_server_and_2n_over_s_with_s_servers():
+    m, beta = 1_000_000, 1e-8
+    link = _link_with_beta(beta)
+    c = M.Constants(host_s_per_byte=0.0)
+    one = M.ps_step([m], 4, 1, link, 0.1, c)
+    assert one.wire_s == pytest.approx(2 * 4 * m * beta)  # N models in, N models out
+    two = M.ps_step([m], 4, 2, link, 0.1, c)
+    assert two.wire_s == pytest.approx(2 * 2 * m * beta)
+    # S = N servers: each link carries the model once each way, the ring's 2(N-1)/N argument
+    assert M.ps_step([m], 4, 4, link, 0.1, c).wire_s == pytest.approx(2 * m * beta)
+    # more servers than workers: the worker's own link is the bottleneck
+    assert M.ps_step([m], 4, 8, link, 0.1, c).wire_s == pytest.approx(2 * m * beta)
+    # host: worker packs + copies in (2m), server sums N shards and steps its shard
+    assert one.host_bytes == pytest.approx(2 * m + 4 * m + m)
+
+
+def test_async_ps_is_the_longer_of_own_cycle_and_server_turn():
+    m, beta = 1_000_000, 1e-8
+    link, c = _link_with_beta(beta), M.Constants(host_s_per_byte=0.0)
+    # 4 workers, compute 0.01 s: server turn 4 * 2 * m * beta = 0.08 s > own 0.01 + 0.02
+    assert M.ps_step([m], 4, 1, link, 0.01, c, sync=False).total(c) == pytest.approx(0.08)
+    # compute 1 s: each worker's own cycle (1 + 0.02) dominates; async beats sync (1.08)
+    assert M.ps_step([m], 4, 1, link, 1.0, c, sync=False).total(c) == pytest.approx(1.02)
+    assert M.ps_step([m], 4, 1, link, 1.0, c).total(c) == pytest.approx(1.08)
+
+
+def test_predict_step_dispatch_and_bad_input():
+    link = M.profile_link("10GbE")
+    sizes = [MIB] * 3
+    ddp = M.predict_step("ddp", "x", 4, link, 0.1, sizes=sizes)
+    ring = M.predict_step("allreduce", "x", 4, link, 0.1, sizes=sizes, algorithm="reference")
+    assert ddp == ring
+    sharded = M.predict_step("ps_sharded", "x", 4, link, 0.1, sizes=sizes)
+    assert sharded == M.ps_step(sizes, 4, 2, link, 0.1, M.Constants())
+    with pytest.raises(ValueError, match="valid: ps_sync"):
+        M.predict_step("single", "x", 1, link, 0.1, sizes=sizes)
+    with pytest.raises(ValueError, match="unknown network profile"):
+        M.profile_link("100GbE")
+    # the real model's gradient sizes: resnet18 at the CIFAR shape, 11.17 M float32 parameters
+    assert sum(M.gradient_bytes("resnet18", "cifar")) == 4 * 11_173_962
+
+
+def test_project_step_adds_the_profiles_latency():
+    sizes = [8 * MIB]
+    ib = M.project_step("allreduce", "x", 64, "IB-EDR", 0.03, sizes=sizes)
+    eth = M.project_step("allreduce", "x", 64, "10GbE", 0.03, sizes=sizes)
+    assert eth > ib > 0.03
+    no_lat = M.project_step("allreduce", "x", 64, "10GbE", 0.03, latency_s=0.0, sizes=sizes)
+    # chunk 8 MiB / 64 = 128 KiB, one 1 MiB segment: 2(N-1) messages of 18 us
+    assert eth - no_lat == pytest.approx(2 * 63 * 18e-6)
+
+
+# ----------------------------------------------------------------------------- validate
+TRUE = M.Constants(link_factor=1.08, host_s_per_byte=2e-9, overhead_s=0.05)
+
+
+def _write_cells(root, noise: float = 0.0):
+    """Summary rows the way trainer.summarize writes them, timed by the model with TRUE."""
+    rng = np.random.default_rng(0)
+    sizes = {"a": (4 * MIB, 2 * MIB, 64 * 1024), "b": (20 * MIB, 20 * MIB, 1 * MIB)}
+    rows = []
+    for model, s in sizes.items():
+        for strategy in ("ps_sync", "allreduce"):
+            for n in (1, 2, 4, 6):
+                link = M.profile_link("10GbE", 0.01, latency_s=0.0)
+                st = M.predict_step(strategy, model, n, link, 0.02 * 100, TRUE, sizes=s)
+                t = st.total(TRUE) * (1 + noise * rng.normal())
+                rows.append({"strategy": strategy, "algorithm": "ring_pipelined"
+                             if strategy == "allreduce" else "", "overlap": strategy ==
+                             "allreduce", "bucket_mb": 25.0, "model": model, "shape": "cifar",
+                             "workers": n, "servers": 1 if strategy == "ps_sync" else 0,
+                             "batch_size": 32, "steps": 2, "wall_s": 2 * t,
+                             "compute_mode": "replay", "replay_s": 0.02, "time_dilation": 100.0,
+                             "network": "10GbE", "network_scale": 0.01, "error": ""})
+    rows.append(dict(rows[0], compute_mode="real", network="none", network_scale=None))
+    for i, row in enumerate(rows):
+        d = root / f"cell{i}"
+        d.mkdir()
+        pd.DataFrame([row]).to_csv(d / "summary.csv", index=False)
+    # a chapter-level summary repeating every cell: read once, not twice
+    pd.DataFrame(rows).to_csv(root / "summary.csv", index=False)
+    return sizes
+
+
+def test_validate_recovers_constants_on_synthetic_records(tmp_path, monkeypatch, capsys):
+    sizes = _write_cells(tmp_path)
+    monkeypatch.setattr(M, "gradient_bytes", lambda model, shape="cifar": sizes[model])
+    cells = M.read_cells([tmp_path])
+    assert len(cells) == 17  # 16 cells + the real-compute one; the chapter copy deduplicated
+    table, c = M.validate(cells)
+    assert len(table) == 16  # the unshaped real-compute cell is skipped
+    assert (table["role"] == "fit").sum() == 16 // 3
+    assert c.link_factor == pytest.approx(TRUE.link_factor, rel=1e-3)
+    assert c.overhead_s == pytest.approx(TRUE.overhead_s, rel=1e-2)
+    assert table["rel_error"].abs().max() < 1e-3
+    assert M.main(["validate", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == "median relative error: 0.00"
+    assert any("ps_sync" in line and " a " in f" {line} " for line in out)
+
+
+def test_validate_with_noise_reports_its_error(tmp_path, monkeypatch, capsys):
+    sizes = _write_cells(tmp_path, noise=0.1)
+    monkeypatch.setattr(M, "gradient_bytes", lambda model, shape="cifar": sizes[model])
+    assert M.main(["validate", str(tmp_path)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    med = float(last.rsplit(" ", 1)[1])
+    assert 0.01 < med < 0.2
+
+
+def test_validate_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert M.main(["validate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no summary.csv under") and "\n" not in err
+    pd.DataFrame([{"strategy": "ps_sync", "model": "a"}]).to_csv(tmp_path / "summary.csv")
+    assert M.main(["validate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "lack column(s)" in err and "\n" not in err
+    assert M.main(["validate", str(tmp_path / "nope")]) == 2
+    assert "no such folder" in capsys.readouterr().err

@@ -17,31 +17,32 @@ tree works for any p with depth ceil(lg p).
 
 from __future__ import annotations
 
+import argparse
+import functools
 import itertools
 import math
+import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ddlstudy.collectives import PIPELINE_SEGMENT_BYTES
+from ddlstudy.netem import HEADER_BYTES, MTU, PROFILES
+from ddlstudy.strategies import BACKWARD_SHARE
 
 ALGORITHMS = ("ring", "ring_pipelined", "recursive_doubling", "rabenseifner", "tree", "ps",
               "ps_sharded", "reference")
 
-# Named links: alpha in s (small-message one-way latency), beta in s/byte (1 / line rate).
-# Line rates are the standards' data rates (IEEE 802.3ab 1000BASE-T 1 Gb/s; 802.3ae 10 Gb/s;
-# 802.3by 25 Gb/s; InfiniBand EDR 4x 100 Gb/s after 64b/66b coding); real goodput is 5-10% lower.
-# Latencies are order-of-magnitude MPI ping-pong figures: TCP over Ethernet tens of us
-# (kernel stack + NIC interrupt moderation), RDMA over InfiniBand about 1 us (Mellanox/NVIDIA
-# ConnectX-4/5 EDR adapters quote sub-1 us, OSU micro-benchmarks show 1-1.5 us). Re-measure
-# your own with `python -m ddlstudy.cluster --check` and fit() before trusting a prediction.
+# Named links, alpha in s (small-message one-way latency) and beta in s/byte (1 / line rate), read
+# from the one registry of real networks, ddlstudy.netem.PROFILES (rates and latencies with their
+# sources there). Re-measure your own with `python -m ddlstudy.cluster --check` and fit() before
+# trusting a prediction.
 NETWORKS: dict[str, dict[str, float]] = {
-    "1GbE": {"alpha": 50e-6, "beta": 8 / 1e9},
-    "10GbE": {"alpha": 20e-6, "beta": 8 / 10e9},
-    "25GbE": {"alpha": 10e-6, "beta": 8 / 25e9},
-    "IB-EDR": {"alpha": 1.5e-6, "beta": 8 / 100e9},
+    name: {"alpha": p.latency_s, "beta": 8 / p.rate_bps} for name, p in PROFILES.items()
 }
 
 
@@ -186,3 +187,337 @@ def predict_table(algorithms: Sequence[str], sizes: Sequence[int], ranks: Sequen
         rows.append({"algorithm": alg, "size_bytes": n, "ranks": p, "predicted_s": t,
                      "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (p - 1) / p})
     return pd.DataFrame(rows)
+
+
+# ============================================================================= one training step
+# Units: a StepTime is in the seconds of whatever clock the inputs are in. `predict_cell` works in
+# *emulated* seconds (what an emulated run measures: compute stretched by 1/scale, links at
+# rate x scale, host work in host seconds); x scale gives cluster-equivalent seconds, the unit of
+# `images_per_sec_cluster`. `project_step` works in cluster seconds directly (scale 1, the
+# profile's real latency added).
+
+# Payload per wire byte on a shaped link: tbf meters whole Ethernet frames, of which TCP carries
+# MTU - (IP 20 + TCP 20 + timestamps 12) bytes of each MTU + 14 (Ethernet header).
+GOODPUT = (MTU - (HEADER_BYTES - 14)) / (MTU + 14)
+STEP_STRATEGIES = ("ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The few per-host constants the step model fits (everything else is given).
+
+    link_factor: measured / nominal wire time (1 = the shaped rate x GOODPUT exactly);
+    host_s_per_byte: host memory work per byte touched (packing, reductions, the optimizer
+    step, copying weights in); overhead_s: fixed seconds per step (engine call, barriers).
+    """
+
+    link_factor: float = 1.0
+    host_s_per_byte: float = 1e-9
+    overhead_s: float = 0.0
+
+    def to_cluster(self, scale: float) -> Constants:
+        """The same host, its time expressed in cluster-equivalent seconds (x scale)."""
+        return replace(self, host_s_per_byte=self.host_s_per_byte * scale,
+                       overhead_s=self.overhead_s * scale)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step's critical path split into what the model fits: total = compute_s + latency_s
+    + link_factor x wire_s + host_s_per_byte x host_bytes + overhead_s."""
+
+    compute_s: float
+    latency_s: float
+    wire_s: float
+    host_bytes: float
+
+    def total(self, c: Constants) -> float:
+        return (self.compute_s + self.latency_s + c.link_factor * self.wire_s
+                + c.host_s_per_byte * self.host_bytes + c.overhead_s)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A node's full-duplex link: rate (bit/s on the wire) and one-way latency (s)."""
+
+    rate_bps: float
+    latency_s: float = 0.0
+
+    @property
+    def beta(self) -> float:
+        """Seconds per payload byte."""
+        return 8.0 / (self.rate_bps * GOODPUT)
+
+
+def profile_link(profile: str, scale: float = 1.0, latency_s: float | None = None) -> Link:
+    """A netem profile's link at `scale`; latency the profile's unless given (emulation adds
+    none, so validation passes 0)."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown network profile {profile!r}; valid: {', '.join(PROFILES)}")
+    p = PROFILES[profile]
+    return Link(p.rate_bps * scale, p.latency_s if latency_s is None else latency_s)
+
+
+@functools.lru_cache(maxsize=64)
+def gradient_bytes(model: str, shape: str = "cifar") -> tuple[int, ...]:
+    """Bytes of each trainable parameter's float32 gradient, in registration order (built on
+    the meta device: no memory, no init cost)."""
+    import torch
+
+    from ddlstudy.models import build_model
+
+    with torch.device("meta"):
+        net = build_model(model, shape)
+    return tuple(p.numel() * 4 for p in net.parameters() if p.requires_grad)
+
+
+def bucket_layout(sizes: Sequence[int], bucket_mb: float) -> list[tuple[int, int]]:
+    """(bytes, index of its last gradient in backward order) per bucket, as
+    strategies.make_buckets groups them (reverse parameter order, greedy up to bucket_mb)."""
+    cap = int(bucket_mb * 2**20)
+    buckets: list[list[int]] = []
+    size = 0
+    for i, nbytes in enumerate(reversed(sizes)):
+        if not buckets or size + nbytes > cap and size > 0:
+            buckets.append([0, i])
+            size = 0
+        buckets[-1][0] += nbytes
+        buckets[-1][1] = i
+        size += nbytes
+    return [(b, last) for b, last in buckets]
+
+
+def _collective(algorithm: str, nbytes: float, n: int, link: Link) -> tuple[float, float, float]:
+    """(latency s, wire s, host bytes reduced) of one all-reduce on the critical path."""
+    a, b, g = terms(algorithm, nbytes, n)
+    return a * link.latency_s, b * link.beta, g
+
+
+def allreduce_step(sizes: Sequence[int], n: int, link: Link, compute_s: float, c: Constants,
+                   algorithm: str = "ring_pipelined", bucket_mb: float = 25.0,
+                   overlap: bool = True) -> StepTime:
+    """Bucketed all-reduce: buckets reduced one after another on a communication thread, each
+    launched when its last gradient is ready (backward = BACKWARD_SHARE of compute, gradients
+    ready at even steps in reverse order, as replay does) or, without overlap, after backward.
+    Then unpack + optimizer step over the model (2 x model bytes of host work)."""
+    model_bytes = float(sum(sizes))
+    forward = compute_s * (1 - BACKWARD_SHARE)
+    count = len(sizes)
+    end, path = 0.0, (0.0, 0.0, 0.0, 0.0)  # the chain ending at `end`: compute, lat, wire, host
+    for nbytes, last in bucket_layout(sizes, bucket_mb) if n > 1 else []:
+        ready = forward + compute_s * BACKWARD_SHARE * (last + 1) / count if overlap else compute_s
+        lat, wire, host = _collective(algorithm, nbytes, n, link)
+        if ready >= end:  # the link was idle: the chain restarts at this bucket's ready time
+            path = (ready, lat, wire, host)
+        else:
+            path = (path[0], path[1] + lat, path[2] + wire, path[3] + host)
+        end = max(ready, end) + lat + c.link_factor * wire + c.host_s_per_byte * host
+    if end <= compute_s:  # every bucket finished under backward (or one worker)
+        path = (compute_s, 0.0, 0.0, 0.0)
+    return StepTime(path[0], path[1], path[2], path[3] + 2 * model_bytes)
+
+
+def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: float,
+            c: Constants, sync: bool = True) -> StepTime:
+    """Parameter server, S servers each owning 1/S of the model. Sync: every worker pushes
+    after backward, each server's link carries N x model/S in and then N x model/S out
+    (a worker's own link the whole model each way), the server sums N shards and steps.
+    Async: each server serves one worker at a time, so a worker's step is the longer of its own
+    cycle and a server's turn round all N workers."""
+    m = float(sum(sizes))
+    shard = m / servers
+    worker_host = 2 * m  # pack gradients, copy new weights in
+    server_host = n * shard + shard  # sum N gradient shards, SGD on the shard
+    if sync:
+        wire = 2 * max(n * shard, m) * link.beta
+        return StepTime(compute_s, 2 * link.latency_s, wire, worker_host + server_host)
+    own = StepTime(compute_s, 2 * link.latency_s, 2 * m * link.beta, worker_host + shard)
+    turn = StepTime(0.0, 2 * n * link.latency_s, 2 * n * shard * link.beta,
+                    n * 2 * shard)
+    return own if own.total(c) >= turn.total(c) else turn
+
+
+def predict_step(strategy: str, model: str, workers: int, link: Link, compute_s: float,
+                 c: Constants = Constants(), *, servers: int | None = None,
+                 algorithm: str = "ring_pipelined", bucket_mb: float = 25.0,
+                 overlap: bool = True, shape: str = "cifar",
+                 sizes: Sequence[int] | None = None) -> StepTime:
+    """One step of `strategy` on `workers` workers: compute_s of forward + backward per worker
+    (the replay table's time, in this clock), gradients of `model` (or explicit `sizes`)."""
+    if strategy not in STEP_STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(STEP_STRATEGIES)}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    sizes = tuple(sizes) if sizes is not None else gradient_bytes(model, shape)
+    if strategy in ("allreduce", "ddp"):
+        alg = "reference" if strategy == "ddp" else algorithm
+        return allreduce_step(sizes, workers, link, compute_s, c, alg, bucket_mb,
+                              overlap or strategy == "ddp")
+    s = servers or (2 if strategy == "ps_sharded" else 1)
+    return ps_step(sizes, workers, s, link, compute_s, c, sync=strategy != "ps_async")
+
+
+def project_step(strategy: str, model: str, workers: int, profile: str, compute_s: float,
+                 c: Constants = Constants(), latency_s: float | None = None,
+                 **kw: Any) -> float:
+    """Cluster seconds per step on a real `profile` network (its latency unless given)."""
+    return predict_step(strategy, model, workers, profile_link(profile, 1.0, latency_s),
+                        compute_s, c, **kw).total(c)
+
+
+# ----------------------------------------------------------------------------- measured cells
+CELL_COLUMNS = ("strategy", "model", "workers", "wall_s", "steps", "network", "network_scale",
+                "compute_mode", "replay_s", "time_dilation")
+CELL_KEY = ["strategy", "algorithm", "overlap", "servers", "bucket_mb", "model", "shape",
+            "workers", "batch_size", "network", "network_scale"]
+
+
+class RecordsError(ValueError):
+    """Measured records missing or unusable; the message names the folder and the fix."""
+
+
+def read_cells(dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """Every summary.csv under `dirs` (recursively), one row per distinct measured cell.
+
+    A chapter's summary repeats its cells' own summaries: rows equal on the cell key and wall
+    time are one measurement. Failed cells (an error) are dropped."""
+    frames = []
+    for d in dirs:
+        root = Path(d)
+        if not root.exists():
+            raise RecordsError(f"{root}: no such folder; pass run folders holding summary.csv")
+        files = [root] if root.is_file() else sorted(root.rglob("summary.csv"))
+        frames += [pd.read_csv(f).assign(source=str(f.parent)) for f in files]
+    if not frames:
+        raise RecordsError(f"no summary.csv under {', '.join(map(str, dirs))}; pass a run folder "
+                           "(results/reference, outputs/<run>, a train --out folder)")
+    cells = pd.concat(frames, ignore_index=True)
+    missing = [c for c in CELL_COLUMNS if c not in cells.columns]
+    if missing:
+        raise RecordsError(f"summary.csv records lack column(s) {missing}: they predate compute "
+                           "replay / emulated networks; rerun them with this version")
+    if "error" in cells.columns:
+        cells = cells[cells["error"].isna() | (cells["error"].astype(str) == "")]
+    for col in CELL_KEY:
+        if col not in cells.columns:
+            cells[col] = math.nan
+    cells = cells.drop_duplicates(subset=[*CELL_KEY, "wall_s"]).reset_index(drop=True)
+    return cells
+
+
+def _usable(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells the model can predict, the rest with a reason): replayed compute on shaped links."""
+    why = pd.Series("", index=cells.index)
+    why[cells["compute_mode"] != "replay"] = "real compute (contended on one host)"
+    why[~cells["network"].isin(list(PROFILES))] = "no shaped link profile"
+    why[~(cells["network_scale"].astype(float) > 0)] = "no link scale"
+    why[~cells["strategy"].isin(STEP_STRATEGIES)] = "strategy not modelled"
+    for col in ("cpu_bound", "cpu_bound_risk"):
+        if col in cells.columns:
+            why[cells[col].fillna(False).astype(bool)] = "CPU-bound emulation (flagged)"
+    return cells[why == ""].copy(), cells[why != ""].assign(skipped=why[why != ""])
+
+
+def _cell_step(row: Any, c: Constants) -> StepTime:
+    """The model's step for one measured cell, in emulated seconds (latency not emulated)."""
+    link = profile_link(row.network, float(row.network_scale), latency_s=0.0)
+    servers = None if pd.isna(row.servers) or not row.servers else int(row.servers)
+    overlap = str(row.overlap).strip().lower() not in ("false", "0", "0.0")
+    bucket = 25.0 if pd.isna(row.bucket_mb) else float(row.bucket_mb)
+    algorithm = row.algorithm if isinstance(row.algorithm, str) and row.algorithm else "ring"
+    shape = row.shape if isinstance(row.shape, str) and row.shape in ("cifar", "mnist",
+                                                                      "imagenet") else "cifar"
+    return predict_step(row.strategy, row.model, int(row.workers), link,
+                        float(row.replay_s) * float(row.time_dilation), c, servers=servers,
+                        algorithm=algorithm, bucket_mb=bucket, overlap=overlap, shape=shape)
+
+
+def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:
+    """Fit the Constants to cells by relative least squares (non-negative). The critical path
+    depends on the constants (overlap), so fit, re-derive the paths, fit again."""
+    c = Constants()
+    if cells.empty:
+        return c
+    y = (cells["wall_s"] / cells["steps"]).to_numpy(dtype=float)
+    for _ in range(rounds):
+        parts = [_cell_step(r, c) for r in cells.itertuples()]
+        fixed = np.array([p.compute_s + p.latency_s for p in parts])
+        a = np.array([[p.wire_s, p.host_bytes, 1.0] for p in parts])
+        w = 1.0 / y
+        x = _nnls(a * w[:, None], (y - fixed) * w)
+        new = Constants(float(x[0]) or 1.0, float(x[1]), float(x[2]))
+        if new == c:
+            break
+        c = new
+    return c
+
+
+def split_cells(cells: pd.DataFrame) -> pd.Series:
+    """Deterministic fit/validate split: cells sorted by their key, every third (the 3rd, 6th,
+    ...) fits the constants, so at most a third fit and the rest only validate."""
+    order = cells.sort_values(["strategy", "model", "workers", "network", "network_scale",
+                               "algorithm"], kind="stable").index
+    fit = pd.Series(False, index=cells.index)
+    fit[order[2::3]] = True
+    return fit
+
+
+def validate(cells: pd.DataFrame) -> tuple[pd.DataFrame, Constants]:
+    """Measured vs predicted seconds per step for every usable cell, constants fitted on the
+    split's fit cells; rel_error = (predicted - measured) / measured."""
+    usable, _ = _usable(cells)
+    if usable.empty:
+        raise RecordsError("no cell has replayed compute on a shaped link profile: nothing the "
+                           "model can predict (run an emulated grid, e.g. params/emulated.yaml)")
+    usable["role"] = np.where(split_cells(usable), "fit", "validate")
+    c = fit_constants(usable[usable["role"] == "fit"])
+    usable["measured_s"] = usable["wall_s"] / usable["steps"]
+    usable["predicted_s"] = [_cell_step(r, c).total(c) for r in usable.itertuples()]
+    usable["rel_error"] = (usable["predicted_s"] - usable["measured_s"]) / usable["measured_s"]
+    cols = ["strategy", "algorithm", "model", "workers", "servers", "network", "network_scale",
+            "role", "measured_s", "predicted_s", "rel_error", "source"]
+    return usable[cols].reset_index(drop=True), c
+
+
+def validation_summary(table: pd.DataFrame) -> tuple[float, int]:
+    """(median |relative error| over the validation cells, their count); NaN if none."""
+    held = table[table["role"] == "validate"]["rel_error"].abs()
+    return (float(held.median()) if len(held) else math.nan), int(len(held))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ddlstudy.costmodel validate DIR...`: the step model against measured cells."""
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.costmodel",
+                                     description="Validate the step-time model on measured "
+                                     "summary.csv records (emulated seconds per step).")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("validate", help="measured vs predicted seconds per step, per cell")
+    v.add_argument("dirs", nargs="+", help="run folders, searched recursively for summary.csv")
+    args = parser.parse_args(argv)
+    try:
+        cells = read_cells(args.dirs)
+        table, c = validate(cells)
+    except (RecordsError, OSError, pd.errors.ParserError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    skipped = _usable(cells)[1]
+    fit_n = int((table["role"] == "fit").sum())
+    print(f"# seconds per step as measured (emulated clock; x network_scale = cluster-equivalent)"
+          f"; constants fitted on {fit_n} of {len(table)} cells (every third by strategy, model, "
+          f"workers): link_factor {c.link_factor:.3f}, host {c.host_s_per_byte * 1e9:.3f} ns/B, "
+          f"overhead {c.overhead_s:.3f} s; {len(skipped)} record(s) skipped")
+    show = table.drop(columns=["source"]).assign(
+        measured_s=table["measured_s"].round(3), predicted_s=table["predicted_s"].round(3),
+        rel_error=table["rel_error"].round(3))
+    print(show.to_string(index=False))
+    med, n = validation_summary(table)
+    if n == 0:
+        print("error: every usable cell went to the fit; measure at least 2 cells more",
+              file=sys.stderr)
+        return 2
+    print(f"median relative error: {med:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
