@@ -434,18 +434,27 @@ def _cell_step(row: Any, c: Constants) -> StepTime:
 
 def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:
     """Fit the Constants to cells by relative least squares (non-negative). The critical path
-    depends on the constants (overlap), so fit, re-derive the paths, fit again."""
+    depends on the constants (overlap), so fit, re-derive the paths, fit again.
+
+    No more constants than cells: with k < 3 cells only the first k of (link_factor,
+    overhead_s, host_s_per_byte) are fitted; a constant no fit cell depends on (no wire time
+    among them, say) keeps its default too."""
     c = Constants()
     if cells.empty:
         return c
     y = (cells["wall_s"] / cells["steps"]).to_numpy(dtype=float)
+    w = 1.0 / y
     for _ in range(rounds):
         parts = [_cell_step(r, c) for r in cells.itertuples()]
-        fixed = np.array([p.compute_s + p.latency_s for p in parts])
-        a = np.array([[p.wire_s, p.host_bytes, 1.0] for p in parts])
-        w = 1.0 / y
-        x = _nnls(a * w[:, None], (y - fixed) * w)
-        new = Constants(float(x[0]) or 1.0, float(x[1]), float(x[2]))
+        cols = np.array([[p.wire_s, 1.0, p.host_bytes] for p in parts])
+        vals = np.array([c.link_factor, c.overhead_s, c.host_s_per_byte])
+        free = [j for j in range(3) if np.any(cols[:, j] > 0)][:len(cells)]
+        fixed_cols = [j for j in range(3) if j not in free]
+        rest = np.array([p.compute_s + p.latency_s for p in parts])
+        rest += cols[:, fixed_cols] @ vals[fixed_cols]
+        vals[free] = _nnls(cols[:, free] * w[:, None], (y - rest) * w)
+        new = Constants(link_factor=float(vals[0]), overhead_s=float(vals[1]),
+                        host_s_per_byte=float(vals[2]))
         if new == c:
             break
         c = new
