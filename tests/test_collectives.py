@@ -178,11 +178,15 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def test_bench_cli_end_to_end(cluster, tmp_path, capsys):
     out = tmp_path / "bench"
     args = _parse(["-b", "8", "-e", "1K", "-n", "2", "-w", "1", "--ranks", "2",
-                   "--algorithms", "ring,reference", "--out", str(out)])
+                   "--algorithms", "ring,reference", "-r", "2", "--out", str(out)])
     assert bench.main(args, cluster=cluster) == 0
     df = __import__("pandas").read_csv(out / "collectives.csv")
     assert set(REQUIRED) <= set(df.columns)
-    assert len(df) == 2 * 8  # 2 algorithms x 8 sizes (8 B .. 1 KiB)
+    assert len(df) == 2 * 8 * 2  # 2 algorithms x 8 sizes (8 B .. 1 KiB) x 2 repeats
+    assert sorted(df["repeat"].unique()) == [0, 1]
+    # interleaved: the second repeat runs the algorithms in the other order
+    assert list(df["algorithm"].iloc[[0, 1, 16, 17]]) == ["ring", "reference", "reference", "ring"]
+    assert (__import__("pandas").read_csv(out / "collectives_summary.csv")["repeats"] == 2).all()
     assert (df["wrong"] == 0).all()
     assert (df["time_p50_s"] > 0).all()
     assert (out / "p2p.csv").exists() and (out / "meta.json").exists()
@@ -190,7 +194,7 @@ def test_bench_cli_end_to_end(cluster, tmp_path, capsys):
     assert "busbw" in text and "point-to-point" in text
     # Re-running into the same folder skips the finished cells.
     assert bench.main(args, cluster=cluster) == 0
-    assert len(__import__("pandas").read_csv(out / "collectives.csv")) == 16
+    assert len(__import__("pandas").read_csv(out / "collectives.csv")) == 32
 
 
 def test_bench_rejects_unknown_algorithm():

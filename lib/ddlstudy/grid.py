@@ -1,8 +1,9 @@
 """Run a grid of training configurations with resume: the shape of every chapter-3/4 sweep.
 
 Each cell writes its own folder (`<out>/<label>/`, with summary.csv and meta.json); a cell whose
-folder already holds a summary for the same configuration is read back, not rerun, and a cell that
-fails is recorded with its error while the rest of the grid goes on.
+folder already holds a summary for the same configuration, written by the same code (digest of
+lib/ddlstudy, ddlstudy.resume), is read back, not rerun, and a cell that fails is recorded with its
+error while the rest of the grid goes on. `repeats` runs every cell that many times, interleaved.
 
 `emulated_cluster` runs a grid inside an emulated cluster network (ddlstudy.netem): one network
 namespace and shaped link per engine, so each node's traffic crosses its own link and its own
@@ -23,7 +24,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ddlstudy import records
+from ddlstudy import records, resume
 from ddlstudy.trainer import TrainConfig, train
 
 
@@ -33,35 +34,57 @@ def cell_dir(out: Path, config: TrainConfig) -> Path:
 
 
 def _finished(folder: Path, config: TrainConfig) -> pd.DataFrame | None:
+    """The cell's summary when it finished ok with this config under this exact code, else None."""
     if not (folder / "summary.csv").exists() or not (folder / "meta.json").exists():
         return None
-    meta = records.read_meta(folder)
-    if meta.get("status") != "ok" or meta.get("params") != json.loads(
-            json.dumps(config.to_dict(), default=str)):
+    meta = resume.read_marker(folder / "meta.json")
+    if (meta is None or meta.get("status") != "ok"
+            or meta.get("code_digest") != resume.code_digest()
+            or meta.get("params") != json.loads(json.dumps(config.to_dict(), default=str))):
         return None
     return records.read_table(folder, "summary")
 
 
+def repeat_dir(out: Path, config: TrainConfig, repeat: int, repeats: int) -> Path:
+    """A cell's folder for one repeat: <label>/ alone, <label>/r<k>/ when repeated."""
+    folder = cell_dir(out, config)
+    return folder if repeats == 1 else folder / f"r{repeat}"
+
+
+def interleaved(items: Sequence[Any], repeats: int) -> list[tuple[int, Any]]:
+    """(repeat, item) in run order: every item once per repeat, the order rotated each repeat
+    (by len/repeats) so slow drift of the host hits every arm alike, not always the last."""
+    n = len(items)
+    order = []
+    for rep in range(repeats):
+        shift = (rep * n) // repeats if n else 0
+        order += [(rep, items[(i + shift) % n]) for i in range(n)]
+    return order
+
+
 def run_grid(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
-             train_fn: Callable[..., Any] = train, **train_kwargs: Any) -> pd.DataFrame:
-    """Summary rows of every cell (reused or run); failed cells carry an `error` column."""
+             train_fn: Callable[..., Any] = train, repeats: int = 1,
+             **train_kwargs: Any) -> pd.DataFrame:
+    """Summary rows of every cell and repeat (reused or run), with a `repeat` column; failed
+    cells carry an `error` column. Repeats run interleaved (see `interleaved`)."""
     out = Path(out)
     rows = []
-    bar = tqdm(configs, desc="grid", unit="run")
-    for config in bar:
-        bar.set_postfix_str(config.label)
-        folder = cell_dir(out, config)
+    bar = tqdm(interleaved(configs, repeats), desc="grid", unit="run")
+    for rep, config in bar:
+        bar.set_postfix_str(f"{config.label} r{rep}")
+        folder = repeat_dir(out, config, rep, repeats)
         done = _finished(folder, config)
         if done is not None:
-            rows.append(done.assign(reused=True, error=""))
+            rows.append(done.assign(repeat=rep, reused=True, error=""))
             continue
         try:
             result = train_fn(cluster, config, out_dir=folder, progress=False, **train_kwargs)
-            rows.append(result.summary.assign(reused=False, error=""))
+            rows.append(result.summary.assign(repeat=rep, reused=False, error=""))
         except (ValueError, TimeoutError, RuntimeError) as err:
-            tqdm.write(f"FAILED {config.label}: {err}")
+            tqdm.write(f"FAILED {config.label} r{rep}: {err}")
             rows.append(pd.DataFrame([{"strategy": config.strategy, "model": config.model,
-                                       "workers": config.workers, "reused": False,
+                                       "workers": config.workers, "repeat": rep,
+                                       "reused": False,
                                        "error": f"{type(err).__name__}: {err}"}]))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
@@ -90,32 +113,33 @@ def engines_needed(configs: Sequence[TrainConfig]) -> int:
 
 
 def run_monitored(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
-                  interval_s: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+                  interval_s: float = 0.5, repeats: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each config trained while every one of its ranks samples utilisation and traffic.
 
-    Returns (summaries, samples); samples carry the run's strategy and worker count. A cell with
-    a finished summary and monitor.csv for the same configuration is read back, not rerun.
+    Returns (summaries, samples); both carry `repeat`, samples also the run's strategy and worker
+    count. Repeats run interleaved. A cell with a finished summary and monitor.csv for the same
+    configuration and code is read back, not rerun.
     """
     from ddlstudy.monitor import monitoring
     from ddlstudy.strategies import Layout
 
     out = Path(out)
     summaries, samples = [], []
-    for config in tqdm(configs, desc="monitored runs", unit="run"):
-        folder = cell_dir(out, config)
+    for rep, config in tqdm(interleaved(configs, repeats), desc="monitored runs", unit="run"):
+        folder = repeat_dir(out, config, rep, repeats)
         done = _finished(folder, config)
         if done is not None and (folder / "monitor.csv").exists():
-            summaries.append(done)
-            samples.append(records.read_table(folder, "monitor"))
+            summaries.append(done.assign(repeat=rep))
+            samples.append(records.read_table(folder, "monitor").assign(repeat=rep))
             continue
         layout = Layout(config.workers, config.n_servers)
         ranks = list(range(config.world_size))
         with monitoring(cluster, interval_s, ranks, [layout.role(r) for r in ranks]) as mon:
             result = train(cluster, config, out_dir=folder, progress=False)
         frame = mon.frame.assign(strategy=config.strategy, workers=config.workers,
-                                 model=config.model)
+                                 model=config.model, repeat=rep)
         records.write_table(frame, folder, "monitor")
-        summaries.append(result.summary)
+        summaries.append(result.summary.assign(repeat=rep))
         samples.append(frame)
     return pd.concat(summaries, ignore_index=True), pd.concat(samples, ignore_index=True)
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from ddlstudy.resume import code_digest
+
 _PACKAGES = ("ddlstudy", "torch", "numpy", "pandas", "ipyparallel", "papermill", "tensorflow-cpu",
              "horovod")
 
@@ -83,6 +85,7 @@ def run_meta(params: dict[str, Any] | None = None, **extra: Any) -> dict[str, An
     return {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "git_sha": git_sha(),
+        "code_digest": code_digest(),
         "versions": versions(),
         "host": host_info(),
         "argv": sys.argv,
@@ -96,7 +99,9 @@ def write_meta(out_dir: str | Path, params: dict[str, Any] | None = None,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
-    path.write_text(json.dumps(run_meta(params, **extra), indent=2, default=str) + "\n")
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")  # temp + rename: never half a meta.json
+    tmp.write_text(json.dumps(run_meta(params, **extra), indent=2, default=str) + "\n")
+    tmp.replace(path)
     return path
 
 

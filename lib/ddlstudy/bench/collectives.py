@@ -4,7 +4,9 @@
 
 algbw = size / time (GB = 1e9 B); busbw = algbw * 2(n-1)/n, the per-link bandwidth a ring-optimal
 all-reduce needs, comparable with the point-to-point bandwidth printed at the end (its ceiling).
-A re-run into the same --out skips grid cells already measured without error.
+A re-run into the same --out skips grid cells already measured without error. --repeats runs the
+whole grid that many times, interleaved: within each (ranks, size) the algorithms run back to back,
+their order rotated every repeat, so drift hits every algorithm alike; every repeat is a row.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from ddlstudy.cluster import pingpong
 
 COLUMNS = ["algorithm", "ranks", "size_bytes", "count", "dtype", "op", "time_p50_s", "time_min_s",
            "time_max_s", "algbw_gbps", "busbw_gbps", "wrong", "max_abs_err", "sent_bytes",
-           "recv_bytes", "sent_msgs", "recv_msgs", "traffic_counted", "iters", "error"]
-CELL_KEY = ["algorithm", "ranks", "size_bytes", "dtype", "op"]
+           "recv_bytes", "sent_msgs", "recv_msgs", "traffic_counted", "iters", "repeat", "error"]
+CELL_KEY = ["algorithm", "ranks", "size_bytes", "dtype", "op", "repeat"]
 
 
 def parse_size(text: str) -> int:
@@ -63,6 +65,17 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def _repeats(text: str) -> int:
+    """argparse type: 1..100 repeats."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 100:
+        raise argparse.ArgumentTypeError(f"bad --repeats {text!r}: an integer 1..100, e.g. 3")
+    return n
+
+
 def _algorithms(text: str) -> list[str]:
     if text in ("all", ""):
         return list(coll.ALGORITHMS)
@@ -95,12 +108,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="count #wrong against a float64 reference (on)")
     parser.add_argument("--profile", default=None,
                         help="connect to this ipyparallel profile instead of local engines")
+    parser.add_argument("-r", "--repeats", type=_repeats, default=3,
+                        help="interleaved repeats of the whole grid (3); one row per repeat")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds any one collective may take before it is an error")
 
 
 def _cell(cluster: Any, p: int, alg: str, count: int, dtype: str, op: str, iters: int,
-          warmup: int, check: bool, timeout_s: float) -> dict[str, Any]:
+          warmup: int, check: bool, timeout_s: float, repeat: int = 0) -> dict[str, Any]:
     """Time one (algorithm, size) cell on p ranks, then (optionally) check its result."""
     per_rank = cluster.run(coll.time_algorithm, alg, count, dtype, op, iters, warmup, timeout_s,
                            world_size=p)
@@ -117,7 +132,7 @@ def _cell(cluster: Any, p: int, alg: str, count: int, dtype: str, op: str, iters
         "recv_bytes": max(r["recv_bytes"] for r in per_rank),
         "sent_msgs": max(r["sent_msgs"] for r in per_rank),
         "recv_msgs": max(r["recv_msgs"] for r in per_rank),
-        "traffic_counted": per_rank[0]["counted"], "iters": iters, "error": "",
+        "traffic_counted": per_rank[0]["counted"], "iters": iters, "repeat": repeat, "error": "",
     }
     if check:
         res = cluster.run(coll.selfcheck, alg, count, dtype, op, 0, 1, timeout_s, world_size=p)
@@ -137,9 +152,10 @@ def run_collectives_bench(cluster: Any, ranks: Sequence[int], sizes: Sequence[in
                           algorithms: Sequence[str], iters: int = 20, warmup: int = 5,
                           dtype: str = "float32", op: str = "sum", check: bool = True,
                           timeout_s: float = 120.0, done: pd.DataFrame | None = None,
-                          on_row: Any = None, progress: bool = True
+                          on_row: Any = None, progress: bool = True, repeats: int = 1
                           ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The grid ranks x algorithms x sizes on a started Cluster; returns (collectives, p2p).
+    """The grid ranks x algorithms x sizes, `repeats` times, on a started Cluster; returns
+    (collectives, p2p), one row per cell and repeat (see `grid_order` for the interleaving).
 
     done: rows already measured (skipped). on_row(df_so_far) is called after every cell, so a
     caller can save as it goes. A failing cell is recorded with its error, the process group is
@@ -153,26 +169,29 @@ def run_collectives_bench(cluster: Any, ranks: Sequence[int], sizes: Sequence[in
     rows: list[dict[str, Any]] = []
     if done is not None and not done.empty:
         ok = done[~failed(done)]
+        if "repeat" not in ok:
+            ok = ok.assign(repeat=0)
+        ok = ok.assign(repeat=ok["repeat"].fillna(0).astype(int))
         rows = ok.to_dict("records")
         have = {tuple(r[k] for k in CELL_KEY) for r in rows}
-    grid = [(p, a, n) for p in ranks for a in algorithms for n in counts
-            if (a, p, n * itemsize, dtype, op) not in have]
+    grid = [(rep, p, a, n) for rep, p, n, a in grid_order(ranks, counts, algorithms, repeats)
+            if (a, p, n * itemsize, dtype, op, rep) not in have]
     p2p_rows = []
     bar = tqdm(total=len(grid), desc="all-reduce grid", disable=not progress, file=sys.stderr)
     current = 0
-    for p, alg, count in grid:
+    for rep, p, alg, count in grid:
         if p > cluster.size:
             raise ValueError(f"--ranks {p} needs {p} engines; the cluster has {cluster.size}")
         if p != current:
             cluster.init_process_group(world_size=p)
             current = p
             bar.write(f"# ranks {p}\n{_header()}")
-        bar.set_postfix_str(f"p={p} {alg} {count * itemsize} B")
+        bar.set_postfix_str(f"r{rep} p={p} {alg} {count * itemsize} B")
         try:
-            row = _cell(cluster, p, alg, count, dtype, op, iters, warmup, check, timeout_s)
+            row = _cell(cluster, p, alg, count, dtype, op, iters, warmup, check, timeout_s, rep)
         except (TimeoutError, RuntimeError, ValueError) as err:
             row = {"algorithm": alg, "ranks": p, "size_bytes": count * itemsize, "count": count,
-                   "dtype": dtype, "op": op, "iters": iters,
+                   "dtype": dtype, "op": op, "iters": iters, "repeat": rep,
                    "error": f"{type(err).__name__}: {err}".replace("\n", " ")[:500]}
             cluster.init_process_group(world_size=p)  # a failed collective poisons the group
         rows.append(row)
@@ -188,6 +207,30 @@ def run_collectives_bench(cluster: Any, ranks: Sequence[int], sizes: Sequence[in
             cluster.init_process_group(world_size=p2p_ranks)
         p2p_rows.append(_p2p(cluster, p2p_ranks, big, max(iters, 3), warmup, timeout_s))
     return _frame(rows), pd.DataFrame(p2p_rows)
+
+
+def grid_order(ranks: Sequence[int], counts: Sequence[int], algorithms: Sequence[str],
+               repeats: int) -> list[tuple[int, int, int, str]]:
+    """(repeat, ranks, count, algorithm) in run order: per repeat, per rank count and size, every
+    algorithm back to back, the algorithm order rotated by one each repeat (drift hits all)."""
+    algs = list(algorithms)
+    order = []
+    for rep in range(repeats):
+        turn = algs[rep % len(algs):] + algs[:rep % len(algs)] if algs else []
+        order += [(rep, p, n, a) for p in ranks for n in counts for a in turn]
+    return order
+
+
+def repeat_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (algorithm, ranks, size): median over repeats of each repeat's p50 time, with its
+    order-statistic interval (ddlstudy.stats) and the repeat count; failed rows left out."""
+    from ddlstudy import stats
+
+    ok = df[~failed(df)]
+    if ok.empty:
+        return pd.DataFrame(columns=["algorithm", "ranks", "size_bytes", "time_p50_s",
+                                     "time_p50_s_ci_low", "time_p50_s_ci_high", "repeats"])
+    return stats.summarize(ok, ["algorithm", "ranks", "size_bytes"], "time_p50_s")
 
 
 def failed(df: pd.DataFrame) -> pd.Series:
@@ -226,15 +269,23 @@ def _line(row: dict[str, Any]) -> str:
 
 
 def summary(df: pd.DataFrame) -> str:
-    """Best algorithm (lowest p50) per ranks at the smallest and largest size."""
-    ok = df[~failed(df)]
+    """Per ranks at the smallest and largest size: the lowest median over repeats, with its
+    interval, and whether that interval overlaps the runner-up's (then the order is noise)."""
+    med = repeat_summary(df)
     lines = []
-    for p, sub in ok.groupby("ranks"):
+    for p, sub in med.groupby("ranks"):
         for size in (sub["size_bytes"].min(), sub["size_bytes"].max()):
             cell = sub[sub["size_bytes"] == size].sort_values("time_p50_s")
             best = cell.iloc[0]
-            lines.append(f"ranks {p}, {size} B: fastest {best['algorithm']} ("
-                         f"{best['time_p50_s'] * 1e6:.1f} us, busbw {best['busbw_gbps']:.2f} GB/s)")
+            line = (f"ranks {p}, {size} B: lowest median {best['algorithm']} "
+                    f"{best['time_p50_s'] * 1e6:.1f} us [{best['time_p50_s_ci_low'] * 1e6:.1f}, "
+                    f"{best['time_p50_s_ci_high'] * 1e6:.1f}] over {best['repeats']} repeat(s)")
+            if len(cell) > 1:
+                second = cell.iloc[1]
+                apart = best["time_p50_s_ci_high"] < second["time_p50_s_ci_low"]
+                line += (f"; runner-up {second['algorithm']} {second['time_p50_s'] * 1e6:.1f} us"
+                         + ("" if apart else " (intervals overlap: order not decided)"))
+            lines.append(line)
     return "\n".join(lines)
 
 
@@ -265,11 +316,13 @@ def main(args: argparse.Namespace, cluster: Any = None) -> int:
             df, p2p = run_collectives_bench(
                 c, args.ranks, sizes, args.algorithms, args.iters, args.warmup_iters,
                 args.dtype, args.op, args.check, args.timeout, done=done,
-                on_row=lambda d: records.write_table(d, out, "collectives"))
+                on_row=lambda d: records.write_table(d, out, "collectives"),
+                repeats=args.repeats)
     except (ClusterError, ValueError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     records.write_table(df, out, "collectives")
+    records.write_table(repeat_summary(df), out, "collectives_summary")
     records.write_table(p2p, out, "p2p")
     print("\n" + summary(df))
     for r in p2p.itertuples():
