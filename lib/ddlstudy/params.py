@@ -12,7 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 MODEL_NAMES = ("alexnet", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "googlenet",
                "shallow_cnn", "mlp")
@@ -35,6 +36,14 @@ NETWORKS = ("none", "1GbE", "10GbE", "25GbE", "IB-EDR")
 CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_ring",
             "04_utilization_traffic", "05_network_profiles", "99_conclusions")
 
+# Input limits: a params file is a few KB; these stop a small file allocating gigabytes.
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 100_000  # YAML nodes after alias expansion (an alias bomb multiplies them)
+MAX_DEPTH = 32  # mapping/list nesting
+MAX_LINE = 300  # characters of an error line
+MAX_TIMEOUT_S = 86_400.0  # a day
+RUN_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"  # a plain name: no separators, no . or ..
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
 
 
@@ -44,6 +53,8 @@ class ParamsError(ValueError):
 
 def parse_size(value: int | str) -> int:
     """'64M' -> 67108864 (K/M/G are powers of 1024, as nccl-tests' -b/-e)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size; write e.g. 8, 8K, 64M or 1G")
     if isinstance(value, int):
         return value
     m = _SIZE.match(str(value))
@@ -77,15 +88,45 @@ ModelNames = Annotated[list[str], AfterValidator(_model_names)]
 ModelName = Annotated[str, AfterValidator(_one_model)]
 
 
+def machine_memory() -> int:
+    """Bytes of memory here: the bound on any size a params file may ask for."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def _is_numeric(annotation: Any) -> bool:
+    """int/float fields, bare, optional or in a list: a YAML `true` must not pass as 1 there."""
+    if annotation in (int, float):
+        return True
+    return any(_is_numeric(a) for a in get_args(annotation))
+
+
+def _has_bool(value: Any) -> bool:
+    return isinstance(value, bool) or (isinstance(value, list)
+                                       and any(isinstance(v, bool) for v in value))
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, info in cls.model_fields.items():
+                if (name in data and _has_bool(data[name]) and info.annotation is not bool
+                        and _is_numeric(info.annotation)):
+                    raise PydanticCustomError("bool_number", "{field}", {"field": name,
+                                                                         "value": data[name]})
+        return data
 
 
 class ClusterParams(_Section):
-    workers: int = Field(4, ge=1, le=64, description="engines to start locally")
+    workers: int = Field(5, ge=1, le=64, description="engines to start locally")
     profile: str | None = Field(None, description="ipyparallel profile to connect to (GPU nodes)")
-    start_timeout_s: float = Field(120, gt=0)
-    collective_timeout_s: float = Field(120, gt=0)
+    start_timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
+    collective_timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
 
 
 class DataParams(_Section):
@@ -104,9 +145,9 @@ class CollectivesParams(_Section):
     ranks: list[int] = Field(default_factory=lambda: [2, 4])
     min_bytes: int = 8
     max_bytes: int = 16 << 20
-    step_factor: int = Field(4, ge=2)
-    iters: int = Field(10, ge=1)
-    warmup: int = Field(3, ge=0)
+    step_factor: int = Field(4, ge=2, le=1 << 20)
+    iters: int = Field(10, ge=1, le=1_000_000)
+    warmup: int = Field(3, ge=0, le=1_000_000)
     algorithms: list[str] = Field(default_factory=lambda: list(ALGORITHM_NAMES))
     dtype: Literal["float32", "float64"] = "float32"
 
@@ -116,6 +157,9 @@ class CollectivesParams(_Section):
         size = parse_size(v)
         if size < 1:
             raise ValueError("must be at least 1 byte")
+        if size > machine_memory():
+            raise ValueError(f"{size} bytes is more than this machine's memory "
+                             f"({machine_memory()} bytes)")
         return size
 
     @field_validator("ranks")
@@ -144,13 +188,13 @@ class TrainingParams(_Section):
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
     strategies: list[str] = Field(default_factory=lambda: ["ps_sync", "allreduce"])
     algorithm: AlgorithmName = "ring"
-    servers: int | None = Field(None, ge=1,
+    servers: int | None = Field(None, ge=1, le=64,
                                 description="PS server processes for ps_sharded (None: 2)")
-    batch_size: int = Field(32, ge=1)
-    steps: int = Field(20, ge=1)
-    warmup_steps: int = Field(3, ge=0)
-    lr: float = Field(1e-4, gt=0)
-    bucket_mb: float = Field(25.0, gt=0)
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(20, ge=1, le=10_000_000)
+    warmup_steps: int = Field(3, ge=0, le=1_000_000)
+    lr: float = Field(1e-4, gt=0, le=100)
+    bucket_mb: float = Field(25.0, gt=0, le=1 << 16)
     overlap: bool = True
     network: str = "none"
     compute: Literal["real", "replay"] = "real"
@@ -182,9 +226,9 @@ class NetworkParams(_Section):
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
     # Pipelined (isend/irecv) ring, as Horovod/NCCL run it: segments in flight across steps.
     algorithm: AlgorithmName = "ring_pipelined"
-    batch_size: int = Field(32, ge=1)
-    steps: int = Field(2, ge=1)
-    warmup_steps: int = Field(1, ge=0)
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(2, ge=1, le=10_000_000)
+    warmup_steps: int = Field(1, ge=0, le=1_000_000)
     replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
 
     @field_validator("profiles")
@@ -196,16 +240,16 @@ class NetworkParams(_Section):
 
 
 class MonitorParams(_Section):
-    interval_s: float = Field(0.5, gt=0)
+    interval_s: float = Field(0.5, gt=0, le=3600)
     workers: WorkerCounts = Field(default_factory=lambda: [2, 4])
     models: ModelNames = Field(default_factory=lambda: ["resnet18"])
-    steps: int = Field(10, ge=1)
+    steps: int = Field(10, ge=1, le=10_000_000)
 
 
 class ReportParams(_Section):
     chapters: list[str] = Field(default_factory=lambda: list(CHAPTERS))
     kernel: str = "python3"
-    cell_timeout_s: int = Field(1800, ge=10)
+    cell_timeout_s: int = Field(1800, ge=10, le=int(MAX_TIMEOUT_S))
 
     @field_validator("chapters")
     @classmethod
@@ -216,8 +260,9 @@ class ReportParams(_Section):
 class StudyParams(_Section):
     """The whole study's parameter set."""
 
-    run_id: str = Field("default", pattern=r"^[A-Za-z0-9_.\-]+$")
-    seed: int = 0
+    run_id: str = Field("default", pattern=RUN_ID,
+                        description="a plain folder name under the output root")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     repeats: int = Field(3, ge=1, le=100, description="interleaved repeats of every measured "
                          "cell that feeds a verdict (grid cells, chapter 02's collectives)")
     cluster: ClusterParams = Field(default_factory=ClusterParams)
@@ -264,21 +309,140 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, deep nesting and alias bombs before building
+    anything: the composed node graph is measured as if every alias were expanded."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (dict, list)):
+                raise ParamsError(f"line {key_node.start_mark.line + 1}: a key must be a "
+                                  "plain name, not a mapping or list")
+            if key in seen:
+                raise ParamsError(f"line {key_node.start_mark.line + 1}: duplicate key "
+                                  f"{_short(key)}; keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, 0, {}, set())
+        return self.construct_document(node)
+
+
+def _expanded_size(node: yaml.Node, depth: int, memo: dict[int, int], active: set[int]) -> int:
+    """Nodes under `node` with aliases expanded (memoised per node, so the walk is linear)."""
+    if depth > MAX_DEPTH:
+        raise ParamsError(f"line {node.start_mark.line + 1}: nested more than {MAX_DEPTH} "
+                          "levels deep; flatten it")
+    if id(node) in memo:
+        return memo[id(node)]
+    if id(node) in active:
+        raise ParamsError(f"line {node.start_mark.line + 1}: an alias refers to itself; "
+                          "remove the recursive alias")
+    active.add(id(node))
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    else:
+        children = []
+    for child in children:
+        total += _expanded_size(child, depth + 1, memo, active)
+        if total > MAX_NODES:
+            raise ParamsError(f"expands to more than {MAX_NODES} values (YAML aliases?); a "
+                              "params file is a few keys, write them out")
+    active.discard(id(node))
+    memo[id(node)] = total
+    return total
+
+
+def _read_text(path: Path) -> str:
+    """The file as text, or one line on why it cannot be a params file."""
     if not path.exists():
         raise ParamsError(f"{path}: params file not found; pass an existing file, e.g. "
                           "params/default.yaml")
+    if not path.is_file():
+        raise ParamsError(f"{path}: not a regular file (a directory?); pass a YAML file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ParamsError(f"{path}: {size} bytes is over the {MAX_FILE_BYTES}-byte limit "
+                              "for a params file; is this the right file?")
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise ParamsError(f"{path}: cannot read ({err.strerror or err}); check the path and "
+                          "permissions") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ParamsError(f"{path}: over the {MAX_FILE_BYTES}-byte limit for a params file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text or any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        raise ParamsError(f"{path}: binary data, not YAML text; pass a params .yaml file")
+    return text
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest [ / { nesting outside quotes and comments, in one linear pass: PyYAML's
+    scanner is quadratic in it (20,000 brackets take minutes), so it is checked first."""
+    depth = deepest = 0
+    quote = ""
+    prev = "\n"
+    for ch in text:
+        if quote:
+            if ch == quote or (ch == "\n" and quote == "#"):
+                quote = ""
+        elif ch in "'\"" and prev in " \t\n[{,:":
+            quote = ch
+        elif ch == "#" and prev in " \t\n":
+            quote = "#"
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        prev = ch
+    return deepest
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    text = _read_text(path)
+    if _flow_depth(text) > MAX_DEPTH:
+        raise ParamsError(f"{path}: brackets nested more than {MAX_DEPTH} levels deep; "
+                          "flatten it")
+    try:
+        data = yaml.load(text, Loader=_BoundedLoader) or {}  # noqa: S506 - a SafeLoader
+    except ParamsError as err:
+        raise ParamsError(f"{path}: {err}") from None
+    except RecursionError:
+        raise ParamsError(f"{path}: nested too deeply to parse; flatten it") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ParamsError(f"{path}:{where} is not valid YAML "
-                          f"({getattr(err, 'problem', err)}); fix the syntax") from None
+                          f"({_short(getattr(err, 'problem', err), 80)}); fix the syntax"
+                          ) from None
+    except (ValueError, TypeError) as err:  # e.g. an int of more than 4300 digits
+        raise ParamsError(f"{path}: a value cannot be read ({_short(str(err), 80)}); fix it"
+                          ) from None
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: top level must be a mapping of keys (run_id:, cluster:, ...), "
                           f"not a {type(data).__name__}")
     return data
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr of a value cut to `limit` characters: error lines stay readable."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_params(*paths: str | Path, check_data: bool = True) -> StudyParams:
@@ -290,7 +454,7 @@ def load_params(*paths: str | Path, check_data: bool = True) -> StudyParams:
     try:
         params = StudyParams.model_validate(merged)
     except ValidationError as err:
-        raise ParamsError(f"{names}: {_one_line(err)}") from None
+        raise ParamsError(_clip(f"{names}: {_one_line(err)}")) from None
     if check_data:
         _check_data(params, names)
     return params
@@ -319,8 +483,17 @@ def _one_line(err: ValidationError) -> str:
         return f"{key}: unknown key; remove it or check its spelling against params/default.yaml"
     if kind == "missing":
         return f"{key}: required key is missing; add it"
-    msg = msg.removeprefix("Value error, ")
-    return f"{key}: {msg} (got {first.get('input')!r}); fix this value"
+    if kind == "bool_number":
+        ctx = first.get("ctx", {})
+        return (f"{key}.{ctx.get('field')}: a boolean where a number belongs (got "
+                f"{_short(ctx.get('value'))}); write a number")
+    msg = _clip(msg.removeprefix("Value error, "), 160)
+    return f"{key}: {msg} (got {_short(first.get('input'))}); fix this value"
+
+
+def _clip(line: str, limit: int = MAX_LINE) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params = load_params(*args)
     except ParamsError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_clip(str(err))}", file=sys.stderr)
         return 2
     print(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False))
     return 0
