@@ -3,8 +3,9 @@
     python -m ddlstudy.report --params params/default.yaml [--params more.yaml] [--out DIR]
 
 Each chapter runs into `outputs/<run-id>/`; a chapter whose executed copy and `.done.json` exist
-for the same parameters is skipped, so an interrupted run resumes where it stopped. A failing
-chapter keeps its executed copy (with the error in it) and the index says which failed.
+for the same parameters, notebook content and code content (ddlstudy.resume) is skipped, so an
+interrupted run resumes where it stopped; chapter 99 also reruns when any chapter before it did.
+A failing chapter keeps its executed copy (with the error in it) and the index says which failed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ddlstudy import records
+from ddlstudy import records, resume
 from ddlstudy.params import ParamsError, StudyParams, load_params
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -34,8 +35,13 @@ class Job:
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
 
-    def digest(self, params: StudyParams) -> str:
-        return records_digest(params.digest(), self.parameters)
+    def digest(self, params: StudyParams, inputs: dict[str, Any] | None = None) -> str:
+        """What the chapter's result depends on: params, notebook parameters, the notebook's
+        content, the code's content (ddlstudy.resume) and, for 99, the markers it reads."""
+        return records_digest(params.digest(), {
+            "nb": self.parameters,
+            "notebook": resume.file_digest(NOTEBOOKS / f"{self.chapter}.ipynb"),
+            "code": resume.code_digest(), "inputs": inputs or {}})
 
 
 def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
@@ -43,6 +49,21 @@ def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
 
     blob = json.dumps({"study": study_digest, "nb": parameters}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+READS_OTHERS = "99_conclusions"  # the chapter that reads every other chapter's records
+
+
+def marker_path(run_dir: Path, job: Job) -> Path:
+    return run_dir / f"{job.name}.done.json"
+
+
+def upstream(job: Job, jobs: list[Job], run_dir: Path) -> dict[str, Any]:
+    """For chapter 99: each chapter's marker stamp (or None), so 99 reruns when any reran."""
+    if job.chapter != READS_OTHERS:
+        return {}
+    return {j.name: (resume.read_marker(marker_path(run_dir, j)) or {}).get("finished")
+            for j in jobs if j.chapter != READS_OTHERS}
 
 
 def plan(params: StudyParams, run_dir: Path, params_files: list[str]) -> list[Job]:
@@ -59,17 +80,24 @@ def plan(params: StudyParams, run_dir: Path, params_files: list[str]) -> list[Jo
     return jobs
 
 
-def is_done(job: Job, run_dir: Path, params: StudyParams) -> bool:
-    marker = run_dir / f"{job.name}.done.json"
-    if not (marker.exists() and (run_dir / f"{job.name}.ipynb").exists()):
+def is_done(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None) -> bool:
+    """True only when the executed copy and a readable marker exist and the marker's digest is
+    the one this params/notebook/code (and, for 99, these upstream runs) give now."""
+    marker = resume.read_marker(marker_path(run_dir, job))
+    if marker is None or not (run_dir / f"{job.name}.ipynb").exists():
         return False
-    return json.loads(marker.read_text()).get("digest") == job.digest(params)
+    return marker.get("digest") == job.digest(params, upstream(job, jobs or [], run_dir))
 
 
-def execute(job: Job, run_dir: Path, params: StudyParams) -> str | None:
-    """Run one notebook; None when it passed, else the error's first line."""
+def execute(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None
+            ) -> str | None:
+    """Run one notebook; None when it passed, else the error's first line. The old marker goes
+    first (an interrupted rerun is not done); the new one is written atomically after."""
     import papermill as pm
 
+    marker = marker_path(run_dir, job)
+    resume.clear_marker(marker)
+    inputs = upstream(job, jobs or [], run_dir)
     out = run_dir / f"{job.name}.ipynb"
     try:
         pm.execute_notebook(str(NOTEBOOKS / f"{job.chapter}.ipynb"), str(out),
@@ -78,8 +106,8 @@ def execute(job: Job, run_dir: Path, params: StudyParams) -> str | None:
                             execution_timeout=params.report.cell_timeout_s)
     except Exception as err:  # noqa: BLE001 - any failure is reported, the grid goes on
         return _first_line(err)
-    (run_dir / f"{job.name}.done.json").write_text(json.dumps(
-        {"digest": job.digest(params), "finished": time.time()}) + "\n")
+    resume.write_json_atomic(marker, {"digest": job.digest(params, inputs),
+                                      "finished": time.time()})
     return None
 
 
@@ -168,10 +196,10 @@ def run_report(params_files: list[str], out: str | None = None) -> ReportResult:
     bar = tqdm(jobs, desc="report", unit="notebook")
     for job in bar:
         bar.set_postfix_str(job.name)
-        if is_done(job, run_dir, params):
+        if is_done(job, run_dir, params, jobs):
             skipped.add(job.name)
             continue
-        error = execute(job, run_dir, params)
+        error = execute(job, run_dir, params, jobs)
         if error:
             failures[job.name] = error
             tqdm.write(f"FAILED {job.name}: {error} (executed copy: {run_dir / job.name}.ipynb)")

@@ -28,8 +28,9 @@ def files_digest(paths: list[Path], root: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def code_digest(package: Path = PACKAGE) -> str:
+def code_digest(package: Path | None = None) -> str:
     """Digest of every lib/ddlstudy/**/*.py and bundled table: changes when any code changes."""
+    package = package or PACKAGE
     files = [p for p in package.rglob("*") if p.is_file() and p.suffix in (".py", ".csv")
              and "__pycache__" not in p.parts]
     return files_digest(files, package)

@@ -1,0 +1,107 @@
+"""Resume never reuses a stale result: code, notebook and upstream changes all force a rerun.
+
+These tests run no notebook: they write the markers a finished run would write and ask the
+planner what it would reuse, against a copy of the package whose files they edit.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ddlstudy import grid, report, resume
+from ddlstudy.params import load_params
+from ddlstudy.trainer import TrainConfig
+
+
+@pytest.fixture
+def finished_run(tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch):
+    """A run folder whose every job looks finished under a private copy of code and notebooks."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(resume.PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    nbs = tmp_path / "notebooks"
+    shutil.copytree(report.NOTEBOOKS, nbs)
+    monkeypatch.setattr(resume, "PACKAGE", pkg)
+    monkeypatch.setattr(report, "NOTEBOOKS", nbs)
+    files = [str(repo_root / "params/default.yaml"), str(repo_root / "params/ci.yaml")]
+    params = load_params(*files)
+    run = tmp_path / "run"
+    run.mkdir()
+    jobs = report.plan(params, run, files)
+    for job in jobs:  # in run order, as run_report would: 99 last, stamping what it read
+        (run / f"{job.name}.ipynb").write_text("{}")
+        resume.write_json_atomic(report.marker_path(run, job), {
+            "digest": job.digest(params, report.upstream(job, jobs, run)), "finished": 1.0})
+    return params, run, jobs, pkg, nbs
+
+
+def _done(params, run, jobs) -> dict[str, bool]:
+    return {job.name: report.is_done(job, run, params, jobs) for job in jobs}
+
+
+def test_unchanged_run_is_reused(finished_run) -> None:
+    params, run, jobs, _, _ = finished_run
+    assert all(_done(params, run, jobs).values())
+
+
+def test_a_code_change_in_lib_reruns_every_chapter(finished_run) -> None:
+    params, run, jobs, pkg, _ = finished_run
+    with (pkg / "plots.py").open("a") as f:  # uncommitted edit: content, not git sha, counts
+        f.write("\n# an edit\n")
+    assert not any(_done(params, run, jobs).values())
+
+
+def test_a_notebook_change_reruns_that_chapter_only(finished_run) -> None:
+    params, run, jobs, _, nbs = finished_run
+    with (nbs / "02_collectives.ipynb").open("a") as f:
+        f.write(" ")
+    done = _done(params, run, jobs)
+    assert not done["02_collectives"] and done["00_background"]
+
+
+def test_conclusions_rerun_when_a_chapter_they_read_reran(finished_run) -> None:
+    params, run, jobs, _, _ = finished_run
+    first = next(j for j in jobs if j.chapter == "00_background")
+    resume.write_json_atomic(report.marker_path(run, first), {
+        "digest": first.digest(params), "finished": 2.0})
+    done = _done(params, run, jobs)
+    assert done["00_background"] and not done["99_conclusions"]
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", ""])
+def test_corrupt_marker_means_not_done(finished_run, content: str) -> None:
+    params, run, jobs, _, _ = finished_run
+    report.marker_path(run, jobs[0]).write_text(content)
+    assert not report.is_done(jobs[0], run, params, jobs)
+
+
+def test_atomic_marker_leaves_no_temp_files(tmp_path: Path) -> None:
+    path = resume.write_json_atomic(tmp_path / "x.done.json", {"digest": "abc"})
+    assert resume.read_marker(path) == {"digest": "abc"}
+    assert [p.name for p in tmp_path.iterdir()] == ["x.done.json"]
+    resume.clear_marker(path)
+    assert resume.read_marker(path) is None
+
+
+def test_grid_cell_reused_only_under_the_same_code(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddlstudy import records
+
+    config = TrainConfig(model="mlp", strategy="allreduce", workers=2).validate()
+    folder = grid.cell_dir(tmp_path, config)
+    records.write_table(pd.DataFrame([{"images_per_sec": 1.0}]), folder, "summary")
+    records.write_meta(folder, config.to_dict(), status="ok")
+    assert grid._finished(folder, config) is not None
+    monkeypatch.setattr(resume, "code_digest", lambda package=None: "changed")
+    assert grid._finished(folder, config) is None
+
+
+def test_repeats_interleave_with_rotated_order() -> None:
+    order = grid.interleaved(["a", "b", "c"], 3)
+    assert [x for _, x in order] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [r for r, _ in order] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    positions = {x: [i % 3 for i, (_, y) in enumerate(order) if y == x] for x in "abc"}
+    assert all(sorted(p) == [0, 1, 2] for p in positions.values())  # each arm in each slot once
