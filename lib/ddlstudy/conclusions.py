@@ -1,206 +1,473 @@
-"""Each seed paper's headline claim beside this run's measurement: agrees / differs / why.
+"""Every claim of the five papers beside this run's measurement, with an interval and a verdict.
 
-Reads only the records the run's chapters wrote under `run_dir`; a claim whose records are
-missing says so ("not measured") instead of guessing.
+Each claim is stated as its paper states it (quoted, with page/figure) and names the chapter
+that measures it. The compared quantity (a ratio, a slope) gets a 95 % interval from the
+repeats (ddlstudy.stats); the verdict is "agrees"/"differs" only when that interval excludes the
+no-effect value, "inconclusive" when it contains it, and "not measured" when records, repeats
+or inputs are missing or NaN. Reasons are computed from the numbers, never fixed text.
+
+Only the chapter folders the current params name are read (`chapter_folders`), never a glob, so
+folders left by an earlier parameter set in the same run folder cannot mix in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from ddlstudy.plots import add_speedup, human_bytes
+from ddlstudy import stats
+from ddlstudy.stats import Interval
 
-Claim = dict[str, str]
-# Two measurements closer than this (relative) are within one host's run-to-run noise: the
-# verdict is "inconclusive", not agrees/differs.
-NOISE = 0.10
+Claim = dict[str, Any]
+Folders = dict[str, list[str]]
+COLUMNS = ["paper", "claim", "where", "chapter", "quantity", "value", "ci_low", "ci_high",
+           "no_effect", "expected", "repeats", "interval", "source", "verdict", "reason"]
+# Fourie 2019's accuracy gap that bracketing would have to explain (Fig 16: 7-10 %).
+FOURIE_GAP = 0.07
+# Malik 2018 "almost linear": scaling efficiency compared with half of linear.
+HALF_LINEAR = 0.5
+PROJECTION = "06_projection/scaling_efficiency.csv"
+DISTRIBUTED_TF = ("tf_ps_sync", "tf_allreduce")
 
 
-def _verdict(better: float, worse: float) -> str:
-    """'agrees' when `better` beats `worse` by more than NOISE, 'differs' when the reverse."""
-    if abs(better - worse) <= NOISE * max(abs(better), abs(worse)):
-        return "inconclusive"
-    return "agrees" if better > worse else "differs"
+def chapter_folders(chapters: Sequence[str], models: Sequence[str]) -> Folders:
+    """chapter -> the folders this parameter set writes (chapter 03: one per model)."""
+    return {ch: ([f"{ch}-{m}" for m in models] if ch == "03_ps_vs_ring" else [ch])
+            for ch in chapters}
 
 
-def _read(run_dir: Path, pattern: str, name: str) -> pd.DataFrame:
-    frames = [pd.read_csv(p / f"{name}.csv") for p in sorted(run_dir.glob(pattern))
-              if (p / f"{name}.csv").exists()]
+def _read(run_dir: Path, folders: Folders, chapter: str, name: str) -> pd.DataFrame:
+    """Concatenated `name`.csv of the chapter's named folders; empty when none exists."""
+    frames = [pd.read_csv(run_dir / f / f"{name}.csv") for f in folders.get(chapter, [])
+              if (run_dir / f / f"{name}.csv").exists()]
+    frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _row(seed: str, claim: str, paper: str, ours: str, verdict: str, why: str) -> Claim:
-    return {"seed": seed, "claim": claim, "paper": paper, "this run": ours, "verdict": verdict,
-            "why": why}
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows without an error, each with a `repeat` (0 when the table has none)."""
+    if df.empty:
+        return df
+    if "error" in df:
+        err = df["error"]
+        df = df[~(err.notna() & (err.astype(str) != ""))]
+    if "repeat" not in df:
+        df = df.assign(repeat=0)
+    return df.assign(repeat=df["repeat"].fillna(0).astype(int))
 
 
-def _missing(seed: str, claim: str, paper: str, chapter: str) -> Claim:
-    return _row(seed, claim, paper, f"not measured ({chapter} has no records in this run)",
-                "not measured", "")
+def _row(paper: str, claim: str, where: str, chapter: str, quantity: str, est: Interval | None,
+         no_effect: float, direction: int, source: str = "measured", why: str = "") -> Claim:
+    """One claims.csv row; verdict and reason from the interval (or `why` when not measured)."""
+    expected = ("above" if direction > 0 else "below") + f" {no_effect:g}"
+    base = {"paper": paper, "claim": claim, "where": where, "chapter": chapter,
+            "quantity": quantity, "no_effect": no_effect, "expected": expected, "source": source}
+    if est is None:
+        return {**base, "value": math.nan, "ci_low": math.nan, "ci_high": math.nan,
+                "repeats": 0, "interval": "", "verdict": stats.NOT_MEASURED, "reason": why}
+    verdict = stats.interval_verdict(est, no_effect, direction)
+    reason = stats.reason(est, no_effect, direction, quantity)
+    return {**base, "value": est.value, "ci_low": est.low, "ci_high": est.high, "repeats": est.n,
+            "interval": f"{est.coverage:.0%} {est.method}" if est.measured else "",
+            "verdict": verdict, "reason": reason + (f"; {why}" if why else "")}
 
 
-def ps_vs_ring_scaling(run_dir: Path) -> Claim:
-    seed, claim = "000", "Ring all-reduce scales with workers; the PS levels off"
-    paper = "Figs 4.3/4.4: ring speed-up keeps rising to 6 workers, PS flattens"
-    summary = _read(run_dir, "03_ps_vs_ring-*", "summary")
-    if summary.empty or "images_per_sec" not in summary:
-        return _missing(seed, claim, paper, "03_ps_vs_ring")
-    data = add_speedup(summary.dropna(subset=["images_per_sec"]))
-    top = int(data["workers"].max())
-    at = data[data["workers"] == top].groupby("strategy")["speedup"].mean()
-    if not {"ps_sync", "allreduce"} <= set(at.index):
-        return _missing(seed, claim, paper, "03_ps_vs_ring (needs ps_sync and allreduce)")
-    ps, ring = float(at["ps_sync"]), float(at["allreduce"])
-    ours = f"speed-up at {top} workers (mean over models): ring {ring:.2f}, PS {ps:.2f}"
-    verdict = _verdict(ring, ps)
-    why = ("ring moves 2(N-1)/N of the model per worker; the PS server moves N models per step"
-           if verdict == "agrees" else
-           "on one host all workers share the cores and the loopback, so compute contention, "
-           "not the PS server's link, bounds both; see chapter 4's per-node traffic")
-    return _row(seed, claim, paper, ours, verdict, why)
+def _missing(chapter: str, folders: Folders, needs: str = "") -> str:
+    """Why a claim is not measured, naming the chapter and what it lacks."""
+    if chapter not in folders:
+        return f"chapter {chapter} is not in this run's report.chapters"
+    return (f"chapter {chapter} ({', '.join(folders[chapter])}) has no usable records"
+            + (f": needs {needs}" if needs else ""))
 
 
-def ps_server_traffic(run_dir: Path) -> Claim:
-    seed, claim = "000", "PS server traffic grows with N; ring per-node traffic stays flat"
-    paper = "Fig 5.1 and Figs 4.15/4.18 (packets per node)"
-    summary = _read(run_dir, "04_utilization_traffic", "summary")
-    if summary.empty:
-        return _missing(seed, claim, paper, "04_utilization_traffic")
-    model_bytes = summary["params"].iloc[0] * 4
-    ps = summary[summary["strategy"] == "ps_sync"].sort_values("workers")
-    ring = summary[summary["strategy"] == "allreduce"].sort_values("workers")
-    ps_ratio = ps["server_bytes_recv_per_step"] / model_bytes
-    ring_ratio = ring["bytes_sent_per_step"] / model_bytes
-    ours = ("PS server receives " + ", ".join(
-        f"{r:.2f}x" for r in ps_ratio) + f" the model at {list(ps['workers'])} workers; each ring "
-        "worker sends " + ", ".join(f"{r:.2f}x" for r in ring_ratio))
-    grows = len(ps_ratio) > 1 and ps_ratio.is_monotonic_increasing
-    flat = (ring_ratio <= 2.0 + 1e-6).all()
-    if len(ps_ratio) < 2:
-        return _row(seed, claim, paper, ours, "not measured", "needs two or more worker counts")
-    return _row(seed, claim, paper, ours, "agrees" if grows and flat else "differs",
-                "counted bytes: PS server N x model in and out, ring 2(N-1)/N x model")
+def _by_repeat(df: pd.DataFrame, column: str, **where: Any) -> pd.Series:
+    """`column` of the rows matching `where`, one value per repeat (median if several)."""
+    sel = df
+    for key, val in where.items():
+        sel = sel[sel[key] == val]
+    return sel.groupby("repeat")[column].median()
 
 
-def allreduce_by_size(run_dir: Path) -> Claim:
-    seed, claim = "001", "Ring beats tree/butterfly as messages grow"
-    paper = "Runtime vs message size: ring below tree/butterfly for large messages"
-    bench = _read(run_dir, "02_collectives", "collectives")
-    if bench.empty:
-        return _missing(seed, claim, paper, "02_collectives")
+def _paired(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Values of two per-repeat series on the repeats both have (interleaved pairs)."""
+    common = a.index.intersection(b.index)
+    return a.loc[common].to_numpy(float), b.loc[common].to_numpy(float)
+
+
+def _speedup(df: pd.DataFrame, strategy: str, top: int, **where: Any) -> pd.Series:
+    """Per repeat: images/sec at `top` workers over images/sec at 1 worker."""
+    hi = _by_repeat(df, "images_per_sec", strategy=strategy, workers=top, **where)
+    lo = _by_repeat(df, "images_per_sec", strategy=strategy, workers=1, **where)
+    common = hi.index.intersection(lo.index)
+    return hi.loc[common] / lo.loc[common]
+
+
+# ----------------------------------------------------------------------------- Shi 2019
+SHI = "Shi 2019"
+
+
+def shi_scaling(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("\"as we increase the number of Worker nodes in the cluster under Parameter Server "
+             "architecture, the speed-up of training process tends to level off ... [for Ring "
+             "All-Reduce] the speed-up of the training process is roughly proportional to the "
+             "number of nodes\"")
+    where, ch = "Ch. 5; Figs 4.3, 4.4", "03_ps_vs_ring"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    need = "ps_sync and allreduce at 1 and >1 workers"
+    if summary.empty or not {"images_per_sec", "strategy", "workers"} <= set(summary):
+        return [_row(SHI, claim, where, ch, "ring speed-up / PS speed-up", None, 1, 1,
+                     why=_missing(ch, folders, need))]
+    rows = []
+    for model, part in summary.groupby("model"):
+        top = int(part["workers"].max())
+        quantity = f"{model}: ring speed-up / PS speed-up at {top} workers (same repeat)"
+        ring, ps = _speedup(part, "allreduce", top), _speedup(part, "ps_sync", top)
+        if top < 2 or ring.empty or ps.empty:
+            rows.append(_row(SHI, claim, where, ch, quantity, None, 1, 1,
+                             why=_missing(ch, folders, need)))
+            continue
+        rows.append(_row(SHI, claim, where, ch, quantity, stats.ratio_ci(*_paired(ring, ps)), 1,
+                         1, why=f"ring speed-up median {ring.median():.2f}, PS "
+                                f"{ps.median():.2f}"))
+    return rows
+
+
+def shi_traffic(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim_ps = ("\"the network traffic between Worker nodes and Parameter Server node is "
+                "proportional the number of Worker nodes in the cluster\"")
+    claim_ring = ("\"the communication overhead between Worker nodes in Ring All-Reduce "
+                  "architecture is roughly the same\" as workers are added")
+    where, ch = "Ch. 5; Figs 4.15, 4.18, 5.1", "04_utilization_traffic"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    q_ps = "slope of PS server bytes received per step (in models) vs workers"
+    q_ring = ("growth of each ring worker's bytes per step / growth of the PS server's, "
+              "lowest to highest worker count (1: the ring grows like the PS)")
+    cols = {"server_bytes_recv_per_step", "bytes_sent_per_step", "params", "strategy"}
+    if summary.empty or not cols <= set(summary):
+        why = _missing(ch, folders, "ps_sync and allreduce at two or more worker counts")
+        return [_row(SHI, claim_ps, where, ch, q_ps, None, 0, 1, why=why),
+                _row(SHI, claim_ring, where, ch, q_ring, None, 1, -1, why=why)]
+    model_bytes = float(summary["params"].iloc[0]) * 4
+    ps = summary[summary["strategy"] == "ps_sync"]
+    ring = summary[summary["strategy"] == "allreduce"]
+    counts = sorted(set(ps["workers"]) & set(ring["workers"]))
+    why = ("" if len(counts) >= 2 else
+           _missing(ch, folders, f"two or more worker counts with both PS and ring (has "
+                                 f"{counts or 'none'})"))
+    slope = (stats.slope_ci(ps["workers"], ps["server_bytes_recv_per_step"] / model_bytes)
+             if len(counts) >= 2 else None)
+    growth = None
+    if len(counts) >= 2:
+        lo, hi = counts[0], counts[-1]
+        ring_g = (_by_repeat(ring, "bytes_sent_per_step", workers=hi)
+                  / _by_repeat(ring, "bytes_sent_per_step", workers=lo)).dropna()
+        ps_g = (_by_repeat(ps, "server_bytes_recv_per_step", workers=hi)
+                / _by_repeat(ps, "server_bytes_recv_per_step", workers=lo)).dropna()
+        growth = stats.ratio_ci(*_paired(ring_g, ps_g))
+        q_ring = q_ring.replace("lowest to highest worker count", f"{lo} to {hi} workers")
+    source = "measured (bytes counted from the tensors each strategy sent)"
+    return [_row(SHI, claim_ps, where, ch, q_ps, slope, 0, 1, source, why),
+            _row(SHI, claim_ring, where, ch, q_ring, growth, 1, -1, source, why)]
+
+
+# ----------------------------------------------------------------------------- Fourie 2019
+FOURIE = "Fourie 2019"
+
+
+def fourie_ring_vs_tree(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("\"'allreduce' tree/butterfly (green) operation scales worse than the 'allreduce "
+             "ring' (blue) and the 'allreduce ring async' (orange) operations\"")
+    where, ch = "Sec. 2 Results, runtime vs message size and processes", "02_collectives"
+    bench = _ok(_read(run_dir, folders, ch, "collectives"))
+    quantity = "time of the faster of tree/recursive doubling / time of ring (same repeat)"
+    if bench.empty or "ring" not in set(bench.get("algorithm", [])):
+        return [_row(FOURIE, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "ring and tree or recursive_doubling"))]
     p = int(bench["ranks"].max())
     at = bench[bench["ranks"] == p]
-    big = at[at["size_bytes"] == at["size_bytes"].max()].set_index("algorithm")["time_p50_s"]
-    small = at[at["size_bytes"] == at["size_bytes"].min()].set_index("algorithm")["time_p50_s"]
-    need = {"ring", "tree"}
-    if not need <= set(big.index):
-        return _missing(seed, claim, paper, "02_collectives (needs ring and tree)")
-    log_algs = [a for a in ("tree", "recursive_doubling") if a in big.index]
-    best_log_big = min(big[a] for a in log_algs)
-    ours = (f"{p} ranks, {human_bytes(at['size_bytes'].max())}: ring {big['ring'] * 1e3:.2f} ms vs "
-            f"best of tree/butterfly {best_log_big * 1e3:.2f} ms; at "
-            f"{human_bytes(at['size_bytes'].min())}: ring {small['ring'] * 1e6:.0f} us vs "
-            f"{min(small[a] for a in log_algs) * 1e6:.0f} us")
-    verdict = _verdict(1 / big["ring"], 1 / best_log_big)
-    return _row(seed, claim, paper, ours, verdict,
-                "bandwidth term 2(p-1)/p n beta vs lg p n beta" if verdict == "agrees" else
-                "at this size and rank count the latency terms and the shared cores still "
-                "dominate; raise collectives.max_bytes or run on separate nodes")
+    size = int(at["size_bytes"].max())
+    at = at[at["size_bytes"] == size]
+    logs = [a for a in ("tree", "recursive_doubling") if a in set(at["algorithm"])]
+    quantity = (f"{p} ranks, {size} B: time of the faster of {'/'.join(logs) or 'tree'} / time "
+                "of ring (same repeat)")
+    if not logs:
+        return [_row(FOURIE, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "tree or recursive_doubling"))]
+    ring = _by_repeat(at, "time_p50_s", algorithm="ring")
+    best_log = pd.concat([_by_repeat(at, "time_p50_s", algorithm=a) for a in logs],
+                         axis=1).min(axis=1)
+    return [_row(FOURIE, claim, where, ch, quantity, stats.ratio_ci(*_paired(best_log, ring)),
+                 1, 1)]
 
 
-def bracketing(run_dir: Path) -> Claim:
-    seed, claim = "001", "Ring accuracy 7-10% lower, possibly from float32 'bracketing'"
-    paper = "Fig 16: ring accuracy 7-10% below tree (cause unclear)"
-    drift = _read(run_dir, "00_background", "bracketing_drift")
-    if drift.empty:
-        return _missing(seed, claim, paper, "00_background")
-    worst = drift["max_rel_err"].max()
-    ours = (f"largest float32 error of any algorithm relative to sum|x|: {worst:.1e}; all ranks "
-            f"bit-identical: {bool(drift['ranks_identical'].all())}")
-    return _row(seed, claim, paper, ours, "differs",
-                "summation-order error is ~1e-7 relative and identical on every replica: too small"
-                " to cost accuracy; the paper's gap is more likely the flaw it suspects")
+def fourie_bracketing(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("\"the upperbound for accuracy of the ring-based algorithms was consistently 7-10% "
+             "lower than that of the tree/butterfly-based algorithm ... possibly caused by "
+             "aforementioned 'bracketing' and rounding errors\"")
+    where, ch = "Sec. 2 Results, Fig 16", "00_background"
+    drift = _read(run_dir, folders, ch, "bracketing_drift")
+    quantity = ("largest float32 all-reduce error relative to sum|x| (any algorithm) / the 7 % "
+                "accuracy gap it would have to explain")
+    if drift.empty or "max_rel_err" not in drift:
+        return [_row(FOURIE, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "bracketing_drift.csv"))]
+    trials = drift.assign(trial=drift.get("trial", 0)).groupby("trial")
+    worst = trials["max_rel_err"].max() / FOURIE_GAP
+    identical = bool(drift["ranks_identical"].astype(str).str.lower().eq("true").all())
+    why = (f"ranks bit-identical in every trial: {identical}"
+           + ("" if identical else " (replicas can drift apart: a mechanism bracketing alone "
+                                   "does not rule out)"))
+    return [_row(FOURIE, claim, where, ch, quantity, stats.median_ci(worst), 1, 1,
+                 "measured (in-process ranks, seeded data, one trial per repeat)", why)]
 
 
-def comm_to_compute(run_dir: Path) -> Claim:
-    seed, claim = "003", "Communication-to-computation ratio grows with workers"
-    paper = "more GPUs: more time communicating relative to computing"
-    summary = _read(run_dir, "03_ps_vs_ring-*", "summary")
-    if summary.empty or "comm_s" not in summary:
-        return _missing(seed, claim, paper, "03_ps_vs_ring")
-    ring = summary[summary["strategy"] == "allreduce"].groupby("workers")[
-        ["comm_s", "compute_s"]].median()
-    ring = ring[ring.index > 1]
-    if len(ring) < 2:
-        return _row(seed, claim, paper, "needs two worker counts above 1", "not measured", "")
-    ratio = ring["comm_s"] / ring["compute_s"]
-    ours = "ring comm/compute: " + ", ".join(f"{n} workers {r:.2f}" for n, r in ratio.items())
-    return _row(seed, claim, paper, ours, _verdict(ratio.iloc[-1], ratio.iloc[0]),
-                "more ranks: more ring steps, each latency-bound at small buckets")
+# ----------------------------------------------------------------------------- Malik 2018
+MALIK = "Malik 2018"
 
 
-def parameter_heavy_ps(run_dir: Path) -> Claim:
-    seed, claim = "002", "The PS is the bottleneck for parameter-heavy AlexNet"
-    paper = "AlexNet (61 M params, little compute) scales worst with a PS"
-    summary = _read(run_dir, "03_ps_vs_ring-*", "summary")
-    if summary.empty or "params" not in summary:
-        return _missing(seed, claim, paper, "03_ps_vs_ring")
-    data = add_speedup(summary.dropna(subset=["images_per_sec"]))
-    ps = data[(data["strategy"] == "ps_sync") & (data["workers"] == data["workers"].max())]
-    if ps["model"].nunique() < 2:
-        return _row(seed, claim, paper, "needs two or more models in training.models",
-                    "not measured", "")
-    ps = ps.sort_values("params")
-    heavy, light = ps.iloc[-1], ps.iloc[0]
-    ours = (f"PS efficiency at {int(heavy.workers)} workers: {heavy.model} "
-            f"({heavy.params / 1e6:.1f} M params) {heavy.efficiency:.0%}, {light.model} "
-            f"({light.params / 1e6:.1f} M) {light.efficiency:.0%}")
-    verdict = _verdict(light.efficiency, heavy.efficiency)
-    return _row(seed, claim, paper, ours, verdict,
-                "the server moves N x params per step whatever the compute" if verdict == "agrees"
-                else "where the server's link is not the limit (one host's loopback, shared cores)"
-                " compute bounds every model alike; params/emulated.yaml gives each node its own "
-                "shaped link. Horovod runs are not in this study yet")
+def malik_horovod(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("Horovod (AlexNet, GoogLeNet, ResNet50): \"Throughput performance and latency "
+             "performance is almost linear\"")
+    where, ch = "slides 'AlexNet/GoogleNet/ResNet50 using Horovod'", "03_ps_vs_ring"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    quantity = f"Horovod scaling efficiency at the top worker count (vs {HALF_LINEAR:g}: half " \
+               "of linear)"
+    if summary.empty or "horovod" not in set(summary.get("strategy", [])):
+        return [_row(MALIK, claim, where, ch, quantity, None, HALF_LINEAR, 1,
+                     why=_missing(ch, folders, "strategy horovod in training.strategies"))]
+    part = summary[summary["strategy"] == "horovod"]
+    top = int(part["workers"].max())
+    eff = _speedup(part, "horovod", top) / top
+    return [_row(MALIK, claim, where, ch, quantity.replace("the top worker count", f"{top}"),
+                 stats.median_ci(eff), HALF_LINEAR, 1)]
 
 
-def p2p_bandwidth(run_dir: Path) -> Claim:
-    seed, claim = "004", "Node-to-node bandwidth rises with message size to the link's limit"
-    paper = "Fig 2 (NetPIPE): IB and 10GbE bandwidth vs message size"
-    p2p = _read(run_dir, "01_cluster_setup", "p2p")
-    if p2p.empty:
-        return _missing(seed, claim, paper, "01_cluster_setup")
-    curve = p2p.groupby("size_bytes")["bandwidth_gbps"].median()
-    ours = (f"{curve.iloc[0]:.4f} GB/s at {human_bytes(curve.index[0])} rising to "
-            f"{curve.iloc[-1]:.2f} GB/s at {human_bytes(curve.index[-1])}")
-    return _row(seed, claim, paper, ours,
-                "agrees" if curve.iloc[-1] > 10 * curve.iloc[0] else "differs",
-                "small messages pay latency, large ones approach the copy/link bandwidth")
+def malik_batch(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("AlexNet with Horovod: \"larger batch size shows the best result\"; GoogLeNet and "
+             "ResNet50: \"All batch size shows same performance\" (batch 64-512)")
+    return [_row(MALIK, claim, "slides 'AlexNet/GoogleNet/ResNet50 using Horovod'",
+                 "not measured yet", "images/sec at the largest / smallest batch size", None, 1,
+                 1, why="not measured yet: no chapter sweeps the batch size (training.batch_size "
+                        "is one value)")]
 
 
-def network_profiles(run_dir: Path) -> Claim:
-    seed, claim = "004", "Scaling efficiency is higher on InfiniBand than on 10GbE"
-    paper = "ResNet-50, 64 GPUs: 89% (InfiniBand) vs 65% (10GbE)"
-    summary = _read(run_dir, "05_network_profiles", "summary")
-    if summary.empty or "efficiency" not in summary:
-        return _missing(seed, claim, paper, "05_network_profiles")
+def malik_ps_bottleneck(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("Parameter Server TensorFlow: \"The scalability in poor - AlexNet has large number "
+             "of parameters - Communication is the main bottleneck here\"")
+    where, ch = "slide 'Using Parameter Server Tensorflow APIs'", "03_ps_vs_ring"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    quantity = "PS speed-up of the lightest model / of the heaviest (by parameters), same repeat"
+    if summary.empty or "params" not in summary or summary["model"].nunique() < 2:
+        return [_row(MALIK, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "two or more models in training.models"))]
+    ps = summary[summary["strategy"] == "ps_sync"]
+    sizes = ps.groupby("model")["params"].first().sort_values()
+    light, heavy = sizes.index[0], sizes.index[-1]
+    top = int(ps["workers"].max())
+    a, b = _speedup(ps, "ps_sync", top, model=light), _speedup(ps, "ps_sync", top, model=heavy)
+    quantity = (f"PS speed-up at {top} workers of {light} ({sizes[light] / 1e6:.1f} M params) / "
+                f"of {heavy} ({sizes[heavy] / 1e6:.1f} M), same repeat")
+    est = stats.ratio_ci(*_paired(a, b)) if top > 1 and len(a) and len(b) else None
+    return [_row(MALIK, claim, where, ch, quantity, est, 1, 1,
+                 why="" if est else _missing(ch, folders, "ps_sync at 1 and >1 workers"))]
+
+
+# ----------------------------------------------------------------------------- Pani
+PANI = "Pani"
+
+
+def pani_coordination(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("\"in the case of small architecture and dataset, the ratio of data transfer to "
+             "computation is high as less computation is performed per iteration\"")
+    where, ch = "Sec. VIII Summary", "03_ps_vs_ring"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    quantity = "ring comm/compute of the least-compute model / of the most-compute model"
+    if (summary.empty or not {"comm_s", "compute_s"} <= set(summary)
+            or summary["model"].nunique() < 2):
+        return [_row(PANI, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "two or more models in training.models"))]
+    ring = summary[(summary["strategy"] == "allreduce") & (summary["workers"] > 1)]
+    if ring.empty:
+        return [_row(PANI, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "allreduce at more than 1 worker"))]
+    top = int(ring["workers"].max())
+    ring = ring[ring["workers"] == top]
+    order = ring.groupby("model")["compute_s"].median().sort_values()
+    small, big = order.index[0], order.index[-1]
+    ratio = {m: _by_repeat(ring, "comm_s", model=m) / _by_repeat(ring, "compute_s", model=m)
+             for m in (small, big)}
+    quantity = (f"ring comm/compute at {top} workers: {small} (least compute) / {big} (most), "
+                "same repeat")
+    return [_row(PANI, claim, where, ch, quantity,
+                 stats.ratio_ci(*_paired(ratio[small], ratio[big])), 1, 1)]
+
+
+def pani_one_gpu_fastest(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("\"The single GPU trains faster as compared to any other combination of GPUs. Also "
+             "the increasing order of training time are two, four, and eight GPUs\"")
+    where, ch = "Sec. V, Figs 2-3 (MNIST, shallow CNN)", "03_ps_vs_ring"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    quantity = "ring speed-up over 1 worker at the top worker count (below 1: one is fastest)"
+    if summary.empty or "images_per_sec" not in summary:
+        return [_row(PANI, claim, where, ch, quantity, None, 1, -1,
+                     why=_missing(ch, folders, "allreduce at 1 and >1 workers"))]
+    rows = []
+    for model, part in summary.groupby("model"):
+        top = int(part["workers"].max())
+        sp = _speedup(part, "allreduce", top)
+        q = f"{model}: ring speed-up at {top} workers over 1 (below 1: one worker is fastest)"
+        rows.append(_row(PANI, claim, where, ch, q, stats.median_ci(sp) if top > 1 else None,
+                         1, -1, why="" if top > 1 else _missing(ch, folders, ">1 workers")))
+    return rows
+
+
+def pani_batch_and_device(run_dir: Path, folders: Folders) -> list[Claim]:
+    batch = ("\"with the increase in batch size, the average loss increased across the board. "
+             "The classification error ... decreases with any increase in batch size\"")
+    device = ("\"the average loss remained almost the same for different sets of CPU and GPU "
+              "combinations\"; run time differs widely across CPU and GPU generations")
+    return [
+        _row(PANI, batch, "Sec. V, Figs 1-6 (batch 32-8192)", "not measured yet",
+             "loss and test error at the largest / smallest batch size", None, 1, 1,
+             why="not measured yet: no chapter sweeps the batch size"),
+        _row(PANI, device, "Sec. V, Figs 7-10", "not measured yet",
+             "loss on GPU / loss on CPU, same model and batch", None, 1, 1,
+             why="not measured yet: no chapter trains the same model on CPU and GPU"),
+    ]
+
+
+# ----------------------------------------------------------------------------- Wang (NCHC)
+WANG = "Wang (NCHC)"
+
+
+def wang_netpipe(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("NetPIPE node-to-node bandwidth rises with message size; \"the InfiniBand network "
+             "... shows an average of 14 times faster than 10 GbE while the message size is "
+             "1000 Kbytes\"")
+    where, ch = "Sec. IV, Fig 2", "01_cluster_setup"
+    p2p = _ok(_read(run_dir, folders, ch, "p2p"))
+    quantity = "point-to-point bandwidth at the largest / smallest message (per peer and repeat)"
+    ib_vs_10g = _row(WANG, claim, where, "not measured yet",
+                     "InfiniBand / 10GbE bandwidth at 1000 KB", None, 1, 1,
+                     why="not measured yet: chapter 01 measures one link type (this host's)")
+    if p2p.empty or "bandwidth_gbps" not in p2p:
+        return [_row(WANG, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "p2p.csv")), ib_vs_10g]
+    lo, hi = p2p["size_bytes"].min(), p2p["size_bytes"].max()
+    keys = [k for k in ("peer", "repeat") if k in p2p]
+    big = p2p[p2p["size_bytes"] == hi].groupby(keys)["bandwidth_gbps"].median()
+    small = p2p[p2p["size_bytes"] == lo].groupby(keys)["bandwidth_gbps"].median()
+    quantity = f"point-to-point bandwidth at {hi} B / at {lo} B (per peer and repeat)"
+    return [_row(WANG, claim, where, ch, quantity, stats.ratio_ci(*_paired(big, small)), 1, 1),
+            ib_vs_10g]
+
+
+def wang_horovod_vs_tf(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("ResNet-50, 2 nodes, batch 128/256: \"the training performance of Horovod is 17% "
+             "faster than Distributed TensorFlow\"")
+    where, ch = "Sec. IV, Fig 4", "03_ps_vs_ring"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    have = set(summary["strategy"]) if "strategy" in summary else set()
+    tf = next((s for s in DISTRIBUTED_TF if s in have), None)
+    quantity = "Horovod images/sec / Distributed TensorFlow images/sec, same workers and repeat"
+    if "horovod" not in have or tf is None:
+        return [_row(WANG, claim, where, ch, quantity, None, 1, 1,
+                     why=_missing(ch, folders, "strategies horovod and tf_ps_sync or "
+                                               "tf_allreduce in training.strategies"))]
+    top = int(summary[summary["strategy"] == "horovod"]["workers"].max())
+    hv = _by_repeat(summary, "images_per_sec", strategy="horovod", workers=top)
+    dt = _by_repeat(summary, "images_per_sec", strategy=tf, workers=top)
+    quantity = f"Horovod / {tf} images/sec at {top} workers, same repeat"
+    return [_row(WANG, claim, where, ch, quantity, stats.ratio_ci(*_paired(hv, dt)), 1, 1)]
+
+
+def wang_ib_vs_10gbe(run_dir: Path, folders: Folders) -> list[Claim]:
+    claim = ("\"With 64 GPUs, we achieved 89% scaling efficiency ... over the InfiniBand network, "
+             "but 65% scaling efficiency over 10b GbE\" (ResNet-50)")
+    where = "Sec. IV, Fig 5"
+    rows = [_emulated_profiles(run_dir, folders, claim, where)]
+    rows.append(_projected_profiles(run_dir, claim, where))
+    return rows
+
+
+def _emulated_profiles(run_dir: Path, folders: Folders, claim: str, where: str) -> Claim:
+    ch = "05_network_profiles"
+    summary = _ok(_read(run_dir, folders, ch, "summary"))
+    quantity = "scaling efficiency on IB-EDR-like / on 10GbE-like links at the top worker count"
+    need = "IB-EDR and 10GbE profiles at 1 and >1 workers"
+    if summary.empty or "profile" not in summary or not {"IB-EDR", "10GbE"} <= set(
+            summary["profile"]):
+        return _row(WANG, claim, where, ch, quantity, None, 1, 1,
+                    why=_missing(ch, folders, need))
     top = int(summary["workers"].max())
-    at = summary[summary["workers"] == top].set_index("profile")["efficiency"]
+    col = "images_per_sec"
+    eff = {}
+    for prof in ("IB-EDR", "10GbE"):
+        part = summary[summary["profile"] == prof]
+        hi = _by_repeat(part, col, workers=top)
+        lo = _by_repeat(part, col, workers=1)
+        eff[prof] = (hi / lo / top).dropna()
+    quantity = (f"scaling efficiency at {top} workers, IB-EDR-like / 10GbE-like links "
+                "(emulated links, compute replayed), same repeat")
+    est = stats.ratio_ci(*_paired(eff["IB-EDR"], eff["10GbE"])) if top > 1 else None
+    return _row(WANG, claim, where, ch, quantity, est, 1, 1,
+                "emulated (shaped links, replayed compute)", "" if est else
+                _missing(ch, folders, need))
+
+
+def _projected_profiles(run_dir: Path, claim: str, where: str) -> Claim:
+    """Engineer M's step-time model at 64 workers, if chapter 06 wrote it (else not measured)."""
+    ch = "06_projection"
+    quantity = "projected scaling efficiency at 64 workers, IB-EDR / 10GbE"
+    path = run_dir / PROJECTION
+    if not path.exists():
+        return _row(WANG, claim, where, ch, quantity, None, 1, 1, "projected",
+                    why=f"not measured: {PROJECTION} not in this run")
+    proj = pd.read_csv(path)
+    at = proj[proj["workers"] == 64].set_index("profile") if "workers" in proj else proj
     if not {"IB-EDR", "10GbE"} <= set(at.index):
-        return _missing(seed, claim, paper, "05_network_profiles (needs IB-EDR and 10GbE)")
-    ours = (f"{top} workers, emulated links, compute replayed: IB-EDR-like {at['IB-EDR']:.0%}, "
-            f"10GbE-like {at['10GbE']:.0%}")
-    return _row(seed, claim, paper, ours, _verdict(at["IB-EDR"], at["10GbE"]),
-                "the gradient's 2(N-1)/N x model per step costs 10x longer on the 10x slower "
-                "link; latency is not emulated here, and N is 6, not 64")
+        return _row(WANG, claim, where, ch, quantity, None, 1, 1, "projected",
+                    why=f"not measured: {PROJECTION} has no IB-EDR and 10GbE rows at 64 workers")
+    ib, ge = at.loc["IB-EDR"], at.loc["10GbE"]
+    err = float(max(ib["validation_error"], ge["validation_error"]))
+    value = float(ib["efficiency"]) / float(ge["efficiency"])
+    cells = int(min(ib["n_cells"], ge["n_cells"]))
+    est = (Interval(value, value * (1 - err) / (1 + err), value * (1 + err) / (1 - err), cells,
+                    "model validation error propagated", math.nan)
+           if 0 <= err < 1 and all(map(math.isfinite, (value, err))) else None)
+    label = f"projected (model validated to {err:.0%} on {cells} cells)"
+    return _row(WANG, claim, where, ch, quantity + f": IB {float(ib['efficiency']):.0%}, 10GbE "
+                f"{float(ge['efficiency']):.0%}", est, 1, 1, label,
+                "" if est else f"validation error {err} unusable")
 
 
-CLAIMS: list[Callable[[Path], Claim]] = [ps_vs_ring_scaling, ps_server_traffic, allreduce_by_size,
-                                         bracketing, parameter_heavy_ps, comm_to_compute,
-                                         p2p_bandwidth, network_profiles]
+CLAIMS: list[Callable[[Path, Folders], list[Claim]]] = [
+    shi_scaling, shi_traffic, fourie_ring_vs_tree, fourie_bracketing, malik_horovod,
+    malik_batch, malik_ps_bottleneck, pani_coordination, pani_one_gpu_fastest,
+    pani_batch_and_device, wang_netpipe, wang_horovod_vs_tf, wang_ib_vs_10gbe]
 
 
-def claims_table(run_dir: str | Path) -> pd.DataFrame:
-    return pd.DataFrame([claim(Path(run_dir)) for claim in CLAIMS])
+def claims_table(run_dir: str | Path, folders: Folders | None = None) -> pd.DataFrame:
+    """Every claim's row; `folders` from `chapter_folders` (default: the run's own meta.json)."""
+    run = Path(run_dir)
+    if folders is None:
+        folders = folders_from_meta(run)
+    rows = [row for claim in CLAIMS for row in claim(run, folders)]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def folders_from_meta(run: Path) -> Folders:
+    """The folders the run's recorded params name (meta.json at the run root); none if absent."""
+    meta = run / "meta.json"
+    if not meta.exists():
+        return {}
+    from ddlstudy.records import read_meta
+
+    params = read_meta(run).get("params", {})
+    return chapter_folders(params.get("report", {}).get("chapters", []),
+                           params.get("training", {}).get("models", []))
