@@ -6,7 +6,20 @@ and a torch.distributed process group (gloo on CPU, NCCL on GPU) whose timeout b
 collective. `stop()` leaves no engine, nanny or controller behind: what ignores SIGTERM (an engine
 stuck in gloo) is killed after a grace period.
 
+Where it binds: a local cluster's rendezvous is a FileStore in the cluster's own folder (no
+listening socket) and gloo uses loopback (GLOO_SOCKET_IFNAME=lo, 127.0.0.1) unless the engine's
+environment names another interface (the emulated network's veths). On a profile (several nodes)
+rank 0 opens a TCPStore on a port the OS picks (port 0, read back) at the address the user names
+(`master_addr`, or DDLSTUDY_HOST_IP on the engines); torch's store has no authentication and
+listens on every interface, so such clusters belong on a private network.
+
+Orphans: every local cluster writes its owners (this process, and the runner named in
+DDLSTUDY_OWNER_PIDS) and the pids of its controller, nannies and engines to
+`$IPYTHONDIR/ddlstudy-clusters/<id>/pids.json`. `cleanup()` (run when a local cluster starts,
+and by `--cleanup`) stops exactly the clusters one of whose owners is dead.
+
     python -m ddlstudy.cluster --workers 4 --check
+    python -m ddlstudy.cluster --cleanup
 """
 
 from __future__ import annotations
@@ -14,14 +27,18 @@ from __future__ import annotations
 import argparse
 import builtins
 import datetime as dt
+import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import closing
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +49,10 @@ log = logging.getLogger(__name__)
 DEFAULT_START_TIMEOUT_S = 120.0
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
+POLL_S = 0.05  # how often the driver looks at pending ranks and engine pids
+OWNER_ENV = "DDLSTUDY_OWNER_PIDS"  # "pid:create_time,..." of runners whose death orphans a cluster
+# A local cluster's engines talk over loopback unless their environment says otherwise.
+LOCAL_ENGINE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "DDLSTUDY_HOST_IP": "127.0.0.1"}
 
 
 class ClusterError(RuntimeError):
@@ -52,8 +73,13 @@ def engine_device() -> str:
 
 
 def _engine_setup(rank: int, local_rank: int, local_size: int, threads: int | None,
-                  env: dict[str, str]) -> dict[str, Any]:
-    """Once per engine: rank, device, threads, environment (e.g. GLOO_SOCKET_IFNAME)."""
+                  env: dict[str, str], defaults: dict[str, str] | None = None) -> dict[str, Any]:
+    """Once per engine: rank, device, threads, environment (e.g. GLOO_SOCKET_IFNAME).
+
+    `defaults` apply only where the engine's own environment has no value (an engine started in
+    a namespace keeps the interface its launcher gave it)."""
+    for key, value in (defaults or {}).items():
+        os.environ.setdefault(key, value)
     os.environ.update(env)
     import torch
 
@@ -94,26 +120,36 @@ def _host_ip() -> str:
             return "127.0.0.1"
 
 
-def _free_port() -> int:
-    with closing(socket.socket()) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
-def _engine_master() -> tuple[str, int]:
-    return _host_ip(), _free_port()
-
-
-def _engine_init_group(master_addr: str, port: int, rank: int, world_size: int, backend: str,
-                       timeout_s: float) -> str:
+def _engine_master(addr: str | None, world_size: int, timeout_s: float) -> tuple[str, int]:
+    """Rank 0 opens the TCPStore itself on a port the OS picks (no bind-close-reuse race)."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    host = addr or _host_ip()
+    store = dist.TCPStore(host, 0, world_size, True, timeout=dt.timedelta(seconds=timeout_s),
+                          wait_for_workers=False)
+    _ENGINE["store"] = store
+    return host, int(store.port)
+
+
+def _engine_init_group(init_method: str, rank: int, world_size: int, backend: str,
+                       timeout_s: float) -> str:
+    """Join the process group: by a file store (local) or rank 0's TCPStore (profile)."""
+    import torch.distributed as dist
+
+    store = _ENGINE.pop("store", None)
+    if dist.is_initialized():
+        dist.destroy_process_group()
     if rank >= world_size:
         return "idle"
-    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{port}", rank=rank,
-                            world_size=world_size, timeout=dt.timedelta(seconds=timeout_s))
+    timeout = dt.timedelta(seconds=timeout_s)
+    if store is not None and rank == 0:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank,
+                                world_size=world_size, timeout=timeout)
     _ENGINE["world_size"] = world_size
     return backend
 
@@ -200,7 +236,7 @@ class Cluster:
                  collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
                  threads_per_engine: int | None = None, engine_env: dict[str, str] | None = None,
                  engine_env_per_rank: Sequence[dict[str, str]] | None = None,
-                 **cluster_kwargs: Any) -> None:
+                 master_addr: str | None = None, **cluster_kwargs: Any) -> None:
         if profile is None and (not isinstance(workers, int) or workers < 1):
             raise ClusterError(f"workers must be a positive integer, got {workers!r}: pass "
                                "--workers 2 (or more)")
@@ -218,6 +254,9 @@ class Cluster:
         self.infos: list[dict[str, Any]] = []
         self.world_size = 0
         self._pids: set[int] = set()
+        self.master_addr = master_addr  # profile clusters: where rank 0's TCPStore listens
+        self.run_dir: Path | None = None  # local clusters: pids.json and the rendezvous files
+        self._groups = 0
 
     # -- lifecycle
     def start(self) -> Cluster:
@@ -239,13 +278,23 @@ class Cluster:
             if self.workers > 8 * cores:
                 raise ClusterError(f"{self.workers} workers on {cores} cores would thrash: use at "
                                    f"most {8 * cores} here, or a cluster profile")
+            stopped = cleanup()
+            if stopped:
+                log.warning("stopped %d processes left by clusters whose owner died", stopped)
+            self.run_dir = clusters_dir() / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.run_dir.mkdir(parents=True)
             self._cluster = ipp.Cluster(n=self.workers, log_level=logging.ERROR,
                                         **self.cluster_kwargs)
             try:
-                self.client = self._cluster.start_and_connect_sync()
+                with defer_signals():  # a signal mid-start must not lose the controller's pid
+                    self._cluster.start_controller_sync()
+                    self._write_pids()
+                self._cluster.start_engines_sync()
+                self._write_pids()
+                self.client = self._cluster.connect_client_sync()
                 self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
                                              interactive=False)
-            except Exception:
+            except BaseException:
                 self.stop()
                 raise
         self.engine_ids = sorted(self.client.ids)
@@ -253,10 +302,20 @@ class Cluster:
             self.engine_ids = self.engine_ids[: self.workers]
         try:
             self._setup_engines()
-        except Exception:
+        except BaseException:
             self.stop()
             raise
+        self._write_pids()
         return self
+
+    def _write_pids(self) -> None:
+        """Owners and every process of this cluster, for `cleanup()` after its owner dies."""
+        if self.run_dir is None:
+            return
+        self._pids.update(self._local_cluster_pids())
+        record = {"owners": _owners(), "checkout": str(project_ipythondir().parent),
+                  "created": time.time(), "pids": _stamped(self._pids)}
+        _write_json_atomic(self.run_dir / "pids.json", record)
 
     def _setup_engines(self) -> None:
         hosts = self.client[self.engine_ids].apply_async(socket.gethostname).get(
@@ -273,8 +332,9 @@ class Cluster:
                 env.update(self.engine_env_per_rank[rank])
             pending.append(self.client[eid].apply_async(
                 _engine_setup, rank, local_ranks[rank], per_host[hosts[rank]],
-                self.threads_per_engine, env))
-        self.infos = [self._get(p, rank, self.start_timeout_s) for rank, p in enumerate(pending)]
+                self.threads_per_engine, env,
+                LOCAL_ENGINE_ENV if self._cluster is not None else None))
+        self.infos = self._wait_all(pending, self.start_timeout_s)
         self._pids.update(info["pid"] for info in self.infos
                           if info["host"] == socket.gethostname())
         self._pids.update(self._local_cluster_pids())
@@ -300,7 +360,12 @@ class Cluster:
         return found
 
     def stop(self) -> None:
-        """Stop engines and controller; SIGKILL whatever is still alive after a grace period."""
+        """Stop engines and controller; SIGKILL whatever is still alive after a grace period.
+        Signals wait until it is done (a second Ctrl-C must not orphan half the cluster)."""
+        with defer_signals():
+            self._stop()
+
+    def _stop(self) -> None:
         if self._cluster is not None:
             self._pids.update(self._local_cluster_pids())
         if self.client is not None and self.engine_ids and self._cluster is None:
@@ -320,6 +385,9 @@ class Cluster:
         kill_after_grace(self._pids, STOP_GRACE_S)
         self._pids.clear()
         self.world_size = 0
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None
 
     def __enter__(self) -> Cluster:
         return self.start()
@@ -345,13 +413,17 @@ class Cluster:
         if backend is None:
             backend = "nccl" if self.infos[0]["device"].startswith("cuda") else "gloo"
         timeout_s = timeout_s or self.collective_timeout_s
-        master, port = self._get(self.client[self.engine_ids[0]].apply_async(_engine_master), 0,
-                                 30)
-        pending = [self.client[eid].apply_async(_engine_init_group, master, port, rank,
+        self._groups += 1
+        if self.run_dir is not None:  # local: a file store, nothing listens
+            init_method = f"file://{self.run_dir / f'store-{self._groups}'}"
+        else:
+            master, port = self._get(self.client[self.engine_ids[0]].apply_async(
+                _engine_master, self.master_addr, world_size, timeout_s), 0, 30)
+            init_method = f"tcp://{master}:{port}"
+        pending = [self.client[eid].apply_async(_engine_init_group, init_method, rank,
                                                 world_size, backend, timeout_s)
                    for rank, eid in enumerate(self.engine_ids)]
-        for rank, p in enumerate(pending):
-            self._get(p, rank, timeout_s + 30)
+        self._wait_all(pending, timeout_s + 30)
         self.world_size = world_size
 
     def run(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
@@ -365,7 +437,45 @@ class Cluster:
         timeout = timeout or self.collective_timeout_s + 30
         pending = [self.client[eid].apply_async(fn, *args, **kwargs)
                    for eid in self.engine_ids[:world_size]]
-        return [self._get(p, rank, timeout) for rank, p in enumerate(pending)]
+        return self._wait_all(pending, timeout)
+
+    def _wait_all(self, pending: list[Any], timeout: float) -> list[Any]:
+        """Wait on every rank at once; the first failure (an engine's error, a dead engine, or
+        the timeout) is raised at once, naming the rank and its engine, not after rank 0."""
+        deadline = time.monotonic() + timeout
+        results: dict[int, Any] = {}
+        while len(results) < len(pending):
+            dead = self._dead_rank(len(pending))
+            if dead is not None:
+                raise ClusterError(dead)
+            for rank, p in enumerate(pending):
+                if rank not in results and p.ready():
+                    results[rank] = self._get(p, rank, 1)
+            if len(results) < len(pending):
+                if time.monotonic() > deadline:
+                    late = [r for r in range(len(pending)) if r not in results]
+                    raise TimeoutError(
+                        f"rank {late[0]} ({self._engine_name(late[0])}) did not answer within "
+                        f"{timeout:.0f} s (still waiting: ranks {late}): a collective may be "
+                        "stuck; stop the cluster and check the other ranks' errors")
+                time.sleep(POLL_S)
+        return [results[r] for r in range(len(pending))]
+
+    def _engine_name(self, rank: int) -> str:
+        info = self.infos[rank] if rank < len(self.infos) else {}
+        eid = self.engine_ids[rank] if rank < len(self.engine_ids) else "?"
+        return f"engine {eid}, pid {info.get('pid', '?')} on {info.get('host', '?')}"
+
+    def _dead_rank(self, world: int) -> str | None:
+        """One line naming the first rank (of 0..world-1) whose engine process on this host is
+        gone, or None."""
+        here = socket.gethostname()
+        for rank, info in enumerate(self.infos[:world]):
+            if info.get("host") != here or _alive(int(info["pid"])):
+                continue
+            return (f"rank {rank} ({self._engine_name(rank)}) died; its peers are stopped with "
+                    "the cluster")
+        return None
 
     def run_rank(self, rank: int, fn: Callable[..., Any], *args: Any,
                  timeout: float | None = None, **kwargs: Any) -> Any:
@@ -381,6 +491,8 @@ class Cluster:
             raise TimeoutError(f"rank {rank} did not answer within {timeout:.0f} s: a collective "
                                "may be stuck; stop the cluster and check the other ranks' errors"
                                ) from None
+        except ipp.error.EngineError as err:
+            raise ClusterError(f"rank {rank} ({self._engine_name(rank)}) died: {err}") from None
         except ipp.error.RemoteError as err:
             _reraise(err, rank)
 
@@ -410,6 +522,150 @@ def kill_after_grace(pids: set[int], grace_s: float) -> list[int]:
     return [p.pid for p in alive]
 
 
+# ----------------------------------------------------------------------------- signals
+class Interrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM/SIGHUP as an exception, so `with Cluster(...)` blocks unwind and stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def handle_signals() -> None:
+    """CLIs call this first: any of SIGINT/SIGTERM/SIGHUP raises Interrupted in the main
+    thread; the CLI stops its cluster, prints one line and exits 128 + the signal number."""
+    for sig in HANDLED_SIGNALS:
+        signal.signal(sig, _raise_interrupted)
+
+
+@contextmanager
+def defer_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP while a start or stop must finish; deliver them after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+    for sig in HANDLED_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if got:
+            os.kill(os.getpid(), got[0])
+
+
+# ----------------------------------------------------------------------------- orphans
+def clusters_dir(ipythondir: str | None = None) -> Path:
+    """Where local clusters keep their pids.json, one folder each."""
+    return Path(ipythondir or _ensure_ipythondir()) / "ddlstudy-clusters"
+
+
+def _stamp(pid: int) -> dict[str, Any] | None:
+    try:
+        return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _stamped(pids: set[int]) -> list[dict[str, Any]]:
+    return [st for st in (_stamp(p) for p in sorted(pids)) if st is not None]
+
+
+def _owners() -> list[dict[str, Any]]:
+    """This process, and the runners named in DDLSTUDY_OWNER_PIDS (e.g. the report runner a
+    notebook kernel runs under): if any of them dies, the cluster is an orphan."""
+    owners = [_stamp(os.getpid())]
+    for item in os.environ.get(OWNER_ENV, "").split(","):
+        pid, _, created = item.partition(":")
+        if pid.isdigit():
+            owners.append({"pid": int(pid), "create_time": float(created or 0)})
+    return [o for o in owners if o is not None]
+
+
+def owner_env() -> dict[str, str]:
+    """DDLSTUDY_OWNER_PIDS for children (kernels) whose clusters must die with this process."""
+    mine = _stamp(os.getpid()) or {"pid": os.getpid(), "create_time": 0}
+    items = [x for x in os.environ.get(OWNER_ENV, "").split(",") if x]
+    items.append(f"{mine['pid']}:{mine['create_time']}")
+    return {OWNER_ENV: ",".join(items)}
+
+
+def _matches(stamp: dict[str, Any]) -> psutil.Process | None:
+    """The process of a recorded stamp if it still runs (same pid AND start time), else None."""
+    try:
+        proc = psutil.Process(int(stamp["pid"]))
+        same = abs(proc.create_time() - float(stamp.get("create_time") or 0)) < 0.01
+        alive = proc.status() != psutil.STATUS_ZOMBIE
+        return proc if same and alive else None
+    except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _write_json_atomic(path: Path, record: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+def orphaned_clusters(ipythondir: str | None = None) -> tuple[list[Path], list[Path]]:
+    """(orphans, live): cluster folders one of whose owners is dead, and the others."""
+    orphans, live = [], []
+    root = clusters_dir(ipythondir)
+    for folder in sorted(root.glob("*")) if root.is_dir() else []:
+        try:
+            record = json.loads((folder / "pids.json").read_text())
+            owners = record["owners"]
+        except (OSError, ValueError, KeyError, TypeError):
+            # no or partial pids.json: a cluster starting now, or one killed before writing;
+            # its folder name starts with the owner's pid
+            pid = folder.name.split("-")[0]
+            if pid.isdigit() and _alive(int(pid)):
+                live.append(folder)
+            else:
+                orphans.append(folder)
+            continue
+        (live if all(_matches(o) for o in owners) else orphans).append(folder)
+    return orphans, live
+
+
+def cleanup(ipythondir: str | None = None) -> int:
+    """Stop exactly the processes of clusters whose owner died (never a live run's, never
+    this process or its ancestors); returns how many processes were stopped."""
+    orphans, _ = orphaned_clusters(ipythondir)
+    protected = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    stopped = 0
+    for folder in orphans:
+        try:
+            record = json.loads((folder / "pids.json").read_text())
+            stamps = [*record.get("pids", []), *record.get("owners", [])]
+        except (OSError, ValueError, TypeError):
+            stamps = []
+        procs = {proc.pid for st in stamps if (proc := _matches(st)) is not None}
+        procs -= protected
+        kill_after_grace(procs, STOP_GRACE_S)
+        stopped += len(procs)
+        shutil.rmtree(folder, ignore_errors=True)
+    return stopped
+
+
 def leftover_processes(ipythondir: str | None = None) -> list[psutil.Process]:
     """ipyparallel processes started with this project's IPYTHONDIR (ours, and only ours)."""
     target = ipythondir or os.environ.get("IPYTHONDIR") or str(project_ipythondir())
@@ -429,9 +685,12 @@ def leftover_processes(ipythondir: str | None = None) -> list[psutil.Process]:
 
 
 def stop_all(ipythondir: str | None = None) -> int:
-    """Clean up after a killed driver: every engine/controller of this project's IPYTHONDIR."""
+    """Every engine/controller of this project's IPYTHONDIR, live runs' too (`--force`)."""
     procs = leftover_processes(ipythondir)
     kill_after_grace({p.pid for p in procs}, STOP_GRACE_S)
+    root = clusters_dir(ipythondir)
+    if root.is_dir():
+        shutil.rmtree(root, ignore_errors=True)
     return len(procs)
 
 
@@ -463,12 +722,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_CHECK_SIZES)),
                         help="ping-pong message sizes in bytes, comma-separated")
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--cleanup", action="store_true",
+                        help="stop the clusters of this checkout whose owner process died")
     parser.add_argument("--stop-all", action="store_true",
-                        help="kill every engine/controller left by this project (after a crash)")
+                        help="--cleanup, and with --force also every live run's engines")
+    parser.add_argument("--force", action="store_true",
+                        help="with --stop-all: stop live runs' clusters too")
     args = parser.parse_args(argv)
-    if args.stop_all:
-        print(f"stopped {stop_all()} leftover ipyparallel processes")
-        return 0
+    if args.cleanup or args.stop_all:
+        return _cleanup_cli(args.stop_all and args.force)
+    handle_signals()
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
         with Cluster(workers=args.workers, profile=args.profile) as cluster:
@@ -482,6 +745,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ClusterError, ValueError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"interrupted by {err}; engines stopped", file=sys.stderr)
+        return err.exit_code
+    return 0
+
+
+def _cleanup_cli(force: bool) -> int:
+    if force:
+        print(f"stopped {stop_all()} ipyparallel processes of this checkout (live runs too)")
+        return 0
+    stopped = cleanup()
+    _, live = orphaned_clusters()
+    print(f"stopped {stopped} processes of clusters whose owner died"
+          + (f"; {len(live)} cluster(s) of live runs left running (add --stop-all --force to "
+             "stop them too)" if live else ""))
     return 0
 
 
