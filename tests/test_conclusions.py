@@ -13,7 +13,7 @@ from ddlstudy import conclusions as C
 from ddlstudy.params import CHAPTERS
 
 MODELS = ["small", "big"]
-FOLDERS = C.chapter_folders(CHAPTERS, MODELS)
+FOLDERS = C.chapter_folders([*CHAPTERS, "06_projection"], MODELS)
 
 
 def _write(run: Path, folder: str, name: str, rows: list[dict]) -> None:

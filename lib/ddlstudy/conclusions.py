@@ -391,7 +391,7 @@ def wang_ib_vs_10gbe(run_dir: Path, folders: Folders) -> list[Claim]:
              "but 65% scaling efficiency over 10b GbE\" (ResNet-50)")
     where = "Sec. IV, Fig 5"
     rows = [_emulated_profiles(run_dir, folders, claim, where)]
-    rows.append(_projected_profiles(run_dir, claim, where))
+    rows.append(_projected_profiles(run_dir, folders, claim, where))
     return rows
 
 
@@ -420,11 +420,14 @@ def _emulated_profiles(run_dir: Path, folders: Folders, claim: str, where: str) 
                 _missing(ch, folders, need))
 
 
-def _projected_profiles(run_dir: Path, claim: str, where: str) -> Claim:
+def _projected_profiles(run_dir: Path, folders: Folders, claim: str, where: str) -> Claim:
     """Engineer M's step-time model at 64 workers, if chapter 06 wrote it (else not measured)."""
     ch = "06_projection"
     quantity = "projected scaling efficiency at 64 workers, IB-EDR / 10GbE"
     path = run_dir / PROJECTION
+    if ch not in folders:
+        return _row(WANG, claim, where, ch, quantity, None, 1, 1, "projected",
+                    why=f"not measured: chapter {ch} is not in this run's report.chapters")
     if not path.exists():
         return _row(WANG, claim, where, ch, quantity, None, 1, 1, "projected",
                     why=f"not measured: {PROJECTION} not in this run")

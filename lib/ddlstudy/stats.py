@@ -15,6 +15,8 @@ Methods (stable names; chapters and `conclusions` import them):
   interleaved repeats were measured together), unpaired resamples each arm alone.
 - `slope_ci(x, y)`: least-squares slope of y on x with a percentile bootstrap interval,
   resampling within each x level so every level stays in every resample.
+  With 2-5 repeats a bootstrap can only span the repeats' own range: its interval is
+  narrower than a true 95 % one, so read it as "the spread of these repeats", not a guarantee.
 - `diff_ci(a, b, paired=True)`: median(a) - median(b), bootstrap as in `ratio_ci`.
 - `verdict(low, high, no_effect, expected_direction)`: "agrees" / "differs" only when the
   interval excludes `no_effect`; "inconclusive" when it contains it; "not measured" when an end
