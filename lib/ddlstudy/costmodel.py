@@ -200,6 +200,7 @@ def predict_table(algorithms: Sequence[str], sizes: Sequence[int], ranks: Sequen
 # MTU - (IP 20 + TCP 20 + timestamps 12) bytes of each MTU + 14 (Ethernet header).
 GOODPUT = (MTU - (HEADER_BYTES - 14)) / (MTU + 14)
 STEP_STRATEGIES = ("ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
+PS_STEP = ("ps_sync", "ps_async", "ps_sharded")
 
 
 @dataclass(frozen=True)
@@ -369,7 +370,7 @@ def project_step(strategy: str, model: str, workers: int, profile: str, compute_
 CELL_COLUMNS = ("strategy", "model", "workers", "wall_s", "steps", "network", "network_scale",
                 "compute_mode", "replay_s", "time_dilation")
 CELL_KEY = ["strategy", "algorithm", "overlap", "servers", "bucket_mb", "model", "shape",
-            "workers", "batch_size", "network", "network_scale"]
+            "workers", "batch_size", "network", "network_scale", "replay_source"]
 
 
 class RecordsError(ValueError):
@@ -462,12 +463,13 @@ def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:
 
 
 def split_cells(cells: pd.DataFrame) -> pd.Series:
-    """Deterministic fit/validate split: cells sorted by their key, every third (the 3rd, 6th,
-    ...) fits the constants, so at most a third fit and the rest only validate."""
-    order = cells.sort_values(["strategy", "model", "workers", "network", "network_scale",
-                               "algorithm"], kind="stable").index
+    """Deterministic fit/validate split: in order of measured step time, the 2nd, 5th, 8th, ...
+    shortest cells fit the constants (at most a third of the cells), the rest only validate.
+    Spreading the fit over the range of step times lets it see both the short cells, where the
+    host's overheads show, and the long, link-bound ones."""
+    order = (cells["wall_s"] / cells["steps"]).sort_values(kind="stable").index
     fit = pd.Series(False, index=cells.index)
-    fit[order[2::3]] = True
+    fit[order[1::3][:len(cells) // 3]] = True
     return fit
 
 
@@ -483,8 +485,11 @@ def validate(cells: pd.DataFrame) -> tuple[pd.DataFrame, Constants]:
     usable["measured_s"] = usable["wall_s"] / usable["steps"]
     usable["predicted_s"] = [_cell_step(r, c).total(c) for r in usable.itertuples()]
     usable["rel_error"] = (usable["predicted_s"] - usable["measured_s"]) / usable["measured_s"]
-    cols = ["strategy", "algorithm", "model", "workers", "servers", "network", "network_scale",
-            "role", "measured_s", "predicted_s", "rel_error", "source"]
+    usable["images_per_sec_cluster"] = (usable["workers"] * usable["batch_size"]
+                                        / (usable["measured_s"] * usable["network_scale"]))
+    cols = ["strategy", "algorithm", "overlap", "model", "workers", "servers", "network",
+            "network_scale", "role", "measured_s", "predicted_s", "rel_error", "shape",
+            "batch_size", "replay_source", "images_per_sec_cluster", "source"]
     return usable[cols].reset_index(drop=True), c
 
 
@@ -492,6 +497,91 @@ def validation_summary(table: pd.DataFrame) -> tuple[float, int]:
     """(median |relative error| over the validation cells, their count); NaN if none."""
     held = table[table["role"] == "validate"]["rel_error"].abs()
     return (float(held.median()) if len(held) else math.nan), int(len(held))
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What a projection states beside its curves: the validated constants (or none) and how
+    well the model matched the held-out cells."""
+
+    table: pd.DataFrame
+    constants: Constants
+    median_error: float
+    n_cells: int
+    scale: float
+    note: str
+
+    def cluster_constants(self) -> Constants:
+        """The constants in cluster-equivalent seconds (analytic ones when not validated)."""
+        if self.n_cells == 0:
+            return Constants(host_s_per_byte=0.0)
+        return self.constants.to_cluster(self.scale)
+
+    @property
+    def label(self) -> str:
+        """'projected (model validated to X % on N cells)', or why it is not."""
+        if self.n_cells == 0:
+            return f"projected (model not validated: {self.note})"
+        return (f"projected (model validated to {self.median_error:.0%} median relative error on "
+                f"{self.n_cells} held-out cells)")
+
+
+def validation_for(dirs: Sequence[str | Path]) -> Validation:
+    """validate() over the existing folders among `dirs`; an empty Validation (analytic
+    constants) with the reason when they hold no predictable cell."""
+    found = [d for d in dirs if Path(d).exists()]
+    where = ", ".join(str(d) for d in dirs) or "no folder"
+    try:
+        if not found:
+            raise RecordsError(f"none of {where} exists")
+        table, c = validate(read_cells(found))
+    except RecordsError as err:
+        why = str(err) if str(err).startswith("none of") else (
+            f"no measured cell with replayed compute on shaped links in {where}")
+        return Validation(pd.DataFrame(), Constants(host_s_per_byte=0.0), math.nan, 0, 1.0, why)
+    med, n = validation_summary(table)
+    scale = float(table["network_scale"].astype(float).median())
+    if n == 0:
+        return Validation(table, c, math.nan, 0, scale, "every measured cell went to the fit")
+    return Validation(table, c, med, n, scale, "")
+
+
+def project(models: Sequence[str], strategies: Sequence[str], workers: Sequence[int],
+            profiles: Sequence[str], c: Constants, *, replay_source: str = "gpu",
+            shape: str = "cifar", batch_size: int = 32, servers: Sequence[int | None] = (None,),
+            bucket_mb: Sequence[float] = (25.0,), algorithm: str = "ring_pipelined",
+            latency_s: float | None = None, compute_scale: float = 1.0) -> pd.DataFrame:
+    """Projected cluster seconds per step, images/sec and scaling efficiency for a grid.
+
+    Compute per worker step is the replay table's forward + backward (x compute_scale, a
+    what-if); efficiency is images/sec over N x one worker alone (forward, backward and
+    update, no communication: the single-GPU baseline of Wang (NCHC) and Malik 2018).
+    servers: PS server counts to try (None: the strategy's default; 0: S = N, the BytePS
+    arrangement)."""
+    from ddlstudy import replay
+
+    table = replay.load_table(replay_source)
+    rows = []
+    for model, strategy, profile, b in itertools.product(models, strategies, profiles, bucket_mb):
+        compute = replay.compute_time(table, model, shape, batch_size) * compute_scale
+        sizes = gradient_bytes(model, shape)
+        link = profile_link(profile, 1.0, latency_s)
+        alone = predict_step("allreduce", model, 1, link, compute, c, sizes=sizes).total(c)
+        for s in servers if strategy in PS_STEP else ("",):
+            for n in sorted({1, *workers}):
+                nserv = (n if s == 0 else s) if strategy in PS_STEP else None
+                step = predict_step(strategy, model, n, link, compute, c, servers=nserv,
+                                    algorithm=algorithm, bucket_mb=b, sizes=sizes).total(c)
+                rows.append({"model": model, "strategy": strategy, "profile": profile,
+                             "servers": nserv or 0,
+                             "servers_rule": "N" if s == 0 else str(s or ""),
+                             "bucket_mb": b, "workers": n, "compute_s": compute, "step_s": step,
+                             "images_per_sec": n * batch_size / step,
+                             "efficiency": alone / step})
+    out = pd.DataFrame(rows)
+    out["speedup"] = out["efficiency"] * out["workers"]
+    out = out[out["workers"].isin(list(workers))]
+    return out.assign(source="projected").reset_index(drop=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -512,10 +602,12 @@ def main(argv: list[str] | None = None) -> int:
     skipped = _usable(cells)[1]
     fit_n = int((table["role"] == "fit").sum())
     print(f"# seconds per step as measured (emulated clock; x network_scale = cluster-equivalent)"
-          f"; constants fitted on {fit_n} of {len(table)} cells (every third by strategy, model, "
-          f"workers): link_factor {c.link_factor:.3f}, host {c.host_s_per_byte * 1e9:.3f} ns/B, "
-          f"overhead {c.overhead_s:.3f} s; {len(skipped)} record(s) skipped")
-    show = table.drop(columns=["source"]).assign(
+          f"; constants fitted on {fit_n} of {len(table)} cells (every third in order of step "
+          f"time, from the 2nd shortest): link_factor {c.link_factor:.3f}, "
+          f"host {c.host_s_per_byte * 1e9:.3f} ns/B, overhead {c.overhead_s:.3f} s; "
+          f"{len(skipped)} record(s) skipped")
+    show = table.drop(columns=["source", "shape", "batch_size", "replay_source",
+                               "images_per_sec_cluster"]).assign(
         measured_s=table["measured_s"].round(3), predicted_s=table["predicted_s"].round(3),
         rel_error=table["rel_error"].round(3))
     print(show.to_string(index=False))

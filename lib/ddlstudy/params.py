@@ -34,7 +34,7 @@ STRATEGY_NAMES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "d
 DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10")
 NETWORKS = ("none", "1GbE", "10GbE", "25GbE", "IB-EDR")
 CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_ring",
-            "04_utilization_traffic", "05_network_profiles", "99_conclusions")
+            "04_utilization_traffic", "05_network_profiles", "06_projection", "99_conclusions")
 
 # Input limits: a params file is a few KB; these stop a small file allocating gigabytes.
 MAX_FILE_BYTES = 1 << 20
@@ -246,6 +246,66 @@ class MonitorParams(_Section):
     steps: int = Field(10, ge=1, le=10_000_000)
 
 
+class ProjectionParams(_Section):
+    """Chapter 06: the step-time model (ddlstudy.costmodel), validated on measured cells, projected
+    to the papers' scales; every list below is a what-if a reader can change."""
+
+    records: list[str] = Field(default_factory=lambda: ["results/reference"],
+                               description="measured run folders to validate on (relative to "
+                               "the project root), besides this run's own")
+    replay_source: str = Field("gpu", description="compute table: 'gpu' or a device CSV")
+    compute_scale: float = Field(1.0, gt=0, description="what-if: x the table's compute time")
+    models: ModelNames = Field(default_factory=lambda: ["alexnet", "vgg16", "vgg19", "resnet50",
+                                                        "resnet152"])
+    shape: Literal["cifar", "mnist", "imagenet"] = "cifar"
+    batch_size: int = Field(32, ge=1)
+    workers: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6])
+    profile: str = "10GbE"
+    scaling_model: ModelName = "resnet50"
+    scaling_shape: Literal["cifar", "mnist", "imagenet"] = "imagenet"
+    scaling_batch_size: int = Field(128, ge=1)
+    scaling_workers: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128,
+                                                                256, 512, 1024])
+    profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
+    latency_s: float | None = Field(None, ge=0, description="what-if: one latency for every "
+                                    "profile (None: each profile's own)")
+    algorithm: AlgorithmName = "ring_pipelined"
+    servers: list[int] = Field(default_factory=lambda: [1, 4, 0],
+                               description="PS server counts; 0 means S = N (BytePS)")
+    bucket_mb: list[float] = Field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0])
+
+    @field_validator("workers", "scaling_workers")
+    @classmethod
+    def _workers(cls, v: list[int]) -> list[int]:
+        if not v or any(w < 1 or w > 4096 for w in v):
+            raise ValueError("each worker count must be 1..4096, e.g. [1, 8, 64, 512]")
+        return v
+
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        return _known([v], NETWORKS[1:], "network profile")[0]
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        return _known(v, NETWORKS[1:], "network profile")
+
+    @field_validator("servers")
+    @classmethod
+    def _servers(cls, v: list[int]) -> list[int]:
+        if not v or any(s < 0 for s in v):
+            raise ValueError("server counts must be >= 1, or 0 for S = N, e.g. [1, 4, 0]")
+        return v
+
+    @field_validator("bucket_mb")
+    @classmethod
+    def _buckets(cls, v: list[float]) -> list[float]:
+        if not v or any(b <= 0 for b in v):
+            raise ValueError("bucket sizes must be > 0 MiB, e.g. [1, 25]")
+        return v
+
+
 class ReportParams(_Section):
     chapters: list[str] = Field(default_factory=lambda: list(CHAPTERS))
     kernel: str = "python3"
@@ -271,6 +331,7 @@ class StudyParams(_Section):
     training: TrainingParams = Field(default_factory=TrainingParams)
     network: NetworkParams = Field(default_factory=NetworkParams)
     monitor: MonitorParams = Field(default_factory=MonitorParams)
+    projection: ProjectionParams = Field(default_factory=ProjectionParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
     @model_validator(mode="after")

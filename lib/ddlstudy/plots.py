@@ -203,3 +203,57 @@ def drift_table_figure(drift: pd.DataFrame, title: str = "") -> Figure:
     ax.set_title(title or "Summation order ('bracketing') drift")
     ax.tick_params(axis="x", rotation=30)
     return fig
+
+
+# ----------------------------------------------------------------------------- chapter 06
+def model_vs_measured(table: pd.DataFrame, title: str = "") -> Figure:
+    """Step-time model validation: predicted vs measured seconds per step, one point per cell
+    (fit cells hollow), the identity and a +-10 % band."""
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    lo = 0.8 * min(table["measured_s"].min(), table["predicted_s"].min())
+    hi = 1.25 * max(table["measured_s"].max(), table["predicted_s"].max())
+    xs = np.geomspace(lo, hi, 50)
+    ax.plot(xs, xs, color="k", lw=1)
+    ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="0.85", label="+-10 %")
+    held = table[table["role"] == "validate"]
+    sns.scatterplot(data=held, x="measured_s", y="predicted_s", hue="strategy", style="model",
+                    ax=ax, s=45)
+    fit = table[table["role"] == "fit"]
+    ax.scatter(fit["measured_s"], fit["predicted_s"], facecolor="none", edgecolor="k",
+               marker="s", s=70, label="fit cells")
+    ax.set(xscale="log", yscale="log", xlabel="measured s per step (emulated clock)",
+           ylabel="predicted s per step", title=title or "Step-time model vs measured cells")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, hue: str,
+                     col: str | None = None, title: str = "", logx: bool = False,
+                     ylabel: str = "") -> Figure:
+    """Projected `y` vs workers as lines (one per `hue`, a panel per `col`), measured cells of
+    the same configuration as points on them."""
+    cols = list(proj[col].unique()) if col else [None]
+    fig, axes = plt.subplots(1, len(cols), figsize=(3.4 * len(cols) + 1.5, 3.6), squeeze=False,
+                             sharey=y == "efficiency")
+    palette = dict(zip(proj[hue].unique(), sns.color_palette(n_colors=proj[hue].nunique()),
+                       strict=True))
+    for ax, key in zip(axes[0], cols, strict=True):
+        part = proj if key is None else proj[proj[col] == key]
+        for name, line in part.groupby(hue, sort=False):
+            line = line.sort_values("workers")
+            ax.plot(line["workers"], line[y], color=palette[name], label=f"{name} (projected)")
+        if measured is not None and len(measured):
+            pts = measured if key is None else measured[measured[col] == key]
+            for name, dots in pts.groupby(hue):
+                ax.scatter(dots["workers"], dots[y], color=palette.get(name, "k"), marker="o",
+                           edgecolor="k", zorder=3, label=f"{name} (measured, emulated)")
+        if logx:
+            ax.set_xscale("log", base=2)
+        if y == "efficiency":
+            ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+            ax.set_ylim(0, 1.05)
+        ax.set(xlabel="workers", ylabel=ylabel or y, title="" if key is None else str(key))
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle(title, y=1.04)
+    fig.tight_layout()
+    return fig
