@@ -643,6 +643,38 @@ def measure_throughput(net: EmulatedNetwork, src: int = 0, dst: int = 1,
     }
 
 
+def measure_ring_throughput(net: EmulatedNetwork, seconds: float = 2.0) -> dict[str, Any]:
+    """Every node sends to the next at once (a ring, as all-reduce loads the links): the total
+    payload rate all links carried together, the host's aggregate ceiling when unshaped."""
+    n = net.n_nodes
+    sinks = [subprocess.Popen([*net.exec_prefix(d), sys.executable, "-c", _SINK, net.ips[d]],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for d in range(n)]
+    sources: list[subprocess.Popen[str]] = []
+    try:
+        ports = [s.stdout.readline().strip() if s.stdout else "" for s in sinks]
+        if not all(p.isdigit() for p in ports):
+            raise NetemError("throughput sink failed to start")
+        sources = [subprocess.Popen([*net.exec_prefix(i), sys.executable, "-c", _SOURCE,
+                                     net.ips[(i + 1) % n], ports[(i + 1) % n], str(seconds)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                   for i in range(n)]
+        for src in sources:
+            src.wait(timeout=seconds + 60)
+        results = [json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1])
+                   for s in sinks]
+    finally:
+        for proc in [*sources, *sinks]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    per_link = [r["bytes"] * 8 / max(r["seconds"], 1e-9) for r in results]
+    target = net.profile["emulated_rate_bps"]
+    return {"nodes": n, "seconds": seconds, "aggregate_payload_bps": sum(per_link),
+            "min_link_payload_bps": min(per_link), "target_bps": target,
+            "min_link_ratio": min(per_link) / target if target else None}
+
+
 # ----------------------------------------------------------------------------- ipyparallel
 try:
     from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher

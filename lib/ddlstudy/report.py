@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -217,12 +218,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="YAML parameter file; repeat to layer overrides (later wins)")
     parser.add_argument("--out", help="run folder (default outputs/<run_id>)")
     args = parser.parse_args(argv)
+    from ddlstudy import cluster
+
+    cluster.handle_signals()
+    os.environ.update(cluster.owner_env())  # kernels' clusters die with this runner
     try:
         result = run_report(args.params, args.out)
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except cluster.Interrupted as err:
+        return _stop_on_signal(err)
     return 1 if result.failed else 0
+
+
+def _stop_on_signal(err: BaseException) -> int:
+    """Stop what this runner started (kernels, their clusters) and orphans of dead runs; one
+    line; exit 128 + signal. Finished chapters keep their markers: a re-run resumes."""
+    import psutil
+
+    from ddlstudy import cluster
+
+    with cluster.defer_signals():
+        children = {p.pid for p in psutil.Process().children(recursive=True)}
+        cluster.kill_after_grace(children, cluster.STOP_GRACE_S)
+        orphans = cluster.cleanup()
+    print(f"interrupted by {err}: stopped {len(children) + orphans} processes; finished "
+          "chapters are kept, re-run the same command to resume", file=sys.stderr)
+    return int(getattr(err, "exit_code", 130))
 
 
 if __name__ == "__main__":

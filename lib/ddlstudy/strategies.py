@@ -52,6 +52,11 @@ from torch import nn
 STRATEGIES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
 PS_STRATEGIES = ("ps_sync", "ps_async", "ps_sharded")
 DEFAULT_SERVERS = {"ps_sync": 1, "ps_async": 1, "ps_sharded": 2}
+# Frameworks (ddlstudy.frameworks): horovod is a Strategy (loaded lazily, see _horovod); the TF
+# ones run under their own driver (trainer.train hands them over), so they have no class here.
+STRATEGIES += ("horovod", "tf_ps_sync", "tf_ps_async", "tf_allreduce")
+PS_STRATEGIES += ("tf_ps_sync", "tf_ps_async")
+DEFAULT_SERVERS.update(tf_ps_sync=1, tf_ps_async=1)
 DEFAULT_TIMEOUT_S = 120.0
 # Backward's share of a step's forward + backward (backward costs about twice forward).
 BACKWARD_SHARE = 2 / 3
@@ -675,6 +680,52 @@ def _real_hook_annotations() -> None:
             **{"return": torch.futures.Future[torch.Tensor]})
 
 
+class _ReplayClock:
+    """The instants a replayed backward hands out gradients: n evenly spaced over `span`."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.t0, self.span, self.i = n, 0.0, 0.0, 0
+
+    def start(self, t0: float, span: float) -> None:
+        self.t0, self.span, self.i = t0, span, 0
+
+    def wait_next(self) -> None:
+        self.i += 1
+        _sleep_until(self.t0 + self.span * min(self.i, self.n) / self.n)
+
+
+class _ReplayGrad(torch.autograd.Function):
+    """Forward: a zero scalar tied to parameter p; backward: waits the clock, returns p's
+    replayed gradient (so DDP's post-accumulate hooks see it as a real one)."""
+
+    @staticmethod
+    def forward(ctx: Any, p: torch.Tensor, grad: torch.Tensor, clock: _ReplayClock
+                ) -> torch.Tensor:
+        ctx.grad, ctx.clock = grad, clock
+        return p.new_zeros(())
+
+    @staticmethod
+    def backward(ctx: Any, _out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        ctx.clock.wait_next()
+        return ctx.grad.clone(), None, None
+
+
+class _DDPReplayModule(nn.Module):
+    """The model's parameters, and a forward that costs nothing: one _ReplayGrad per parameter,
+    in parameter order, so autograd runs their backwards in reverse order as a real one would."""
+
+    def __init__(self, model: nn.Module, params: Sequence[torch.Tensor],
+                 grads: Sequence[torch.Tensor], clock: _ReplayClock) -> None:
+        super().__init__()
+        self.model, self._params, self._grads, self._clock = model, list(params), list(grads), clock
+
+    def forward(self, _x: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros(())
+        for p, g in zip(self._params, self._grads, strict=True):
+            total = total + _ReplayGrad.apply(p, g, self._clock)
+        return total
+
+
 class DDP(Strategy):
     """torch DistributedDataParallel: the library reference (bucketing + overlap in C++).
 
@@ -702,8 +753,29 @@ class DDP(Strategy):
         self.opt = self._optimizer(self.params)
 
     def set_replay(self, seconds: float, seed: int = 0) -> None:
-        raise ValueError("compute replay cannot drive DDP's C++ reducer; use strategy allreduce "
-                         "(bucketed, overlapped) for replayed runs")
+        """Replay through DDP's own reducer: DDP is rebuilt around a stand-in module whose
+        backward hands each parameter its replayed gradient at the `_replay` instants, so DDP's
+        C++ buckets and hooks fire as they would after a real backward (collective: every rank)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        super().set_replay(seconds, seed)
+        self._clock = _ReplayClock(len(self.params))
+        stand_in = _DDPReplayModule(self.model, self.params, self._replay_grads, self._clock)
+        bucket_mb = self.ddp.bucket_bytes_cap / (1024 * 1024)
+        del self.ddp  # its reducer unhooks the parameters
+        self.ddp = DistributedDataParallel(stand_in, bucket_cap_mb=bucket_mb,
+                                           forward_sync_buffers=False)
+        self.ddp.register_comm_hook(self.state, _ddp_allreduce_hook)
+
+    def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        if self.replay_s is None:
+            return super()._forward_backward(model, x, y)
+        total = self.replay_s
+        forward_end = time.perf_counter() + total * (1 - BACKWARD_SHARE)
+        _sleep_until(forward_end)
+        self._clock.start(forward_end, total * BACKWARD_SHARE)
+        self.ddp(x).backward()
+        return math.nan
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         self.state.reset()
@@ -720,13 +792,21 @@ class DDP(Strategy):
 
 
 # ----------------------------------------------------------------------------- factory
-_CLASSES: dict[str, type[Strategy]] = {
+def _horovod(model: nn.Module, **kw: Any) -> Strategy:
+    """ddlstudy.frameworks.horovod.Horovod, imported on use (it subclasses Strategy)."""
+    from ddlstudy.frameworks.horovod import Horovod
+
+    return Horovod(model, **kw)
+
+
+_CLASSES: dict[str, Any] = {
     "single": Single,
     "ps_sync": PSSync,
     "ps_async": PSAsync,
     "ps_sharded": PSSharded,
     "allreduce": AllReduce,
     "ddp": DDP,
+    "horovod": _horovod,
 }
 
 

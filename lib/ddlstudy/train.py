@@ -64,6 +64,38 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
     a("--profile", default=None, help="connect to a running ipyparallel profile instead of "
       "starting local engines")
     a("--timeout", type=float, default=120.0, help="seconds any one communication may block")
+    a("--compute", default=d.compute, choices=["real", "replay"], help="real: forward + "
+      "backward; replay: wait the reference device's time instead (default real)")
+    a("--replay-source", default=d.replay_source, help="with --compute replay: measured (this "
+      "host), gpu (the stored H100 table) or a CSV path (default measured)")
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """--network / --scale: the emulated cluster network (ddlstudy.netem), as in params."""
+    parser.add_argument("--network", default="none", help="none (local engines) or an emulated "
+                        "link profile: 1GbE, 10GbE, 25GbE, IB-EDR (needs root)")
+    parser.add_argument("--scale", type=float, default=None, help="emulated rate = profile rate "
+                        "x scale (default: the profile's calibrated scale, see netem)")
+
+
+def check_network_args(args: argparse.Namespace) -> str | None:
+    """None when --network/--scale/--profile can be honoured here, else the one-line problem."""
+    from ddlstudy import netem
+
+    if args.network == "none":
+        return "--scale applies only with --network" if args.scale is not None else None
+    if args.network not in netem.PROFILES:
+        return (f"unknown --network {args.network!r}; choose none or one of "
+                f"{', '.join(netem.PROFILES)}")
+    if args.scale is not None and not 0 < args.scale <= 1:
+        return f"--scale must be in (0, 1], got {args.scale:g}"
+    if getattr(args, "profile", None):
+        return "--network starts local engines in namespaces; drop --profile"
+    ok, why = netem.available()
+    if not ok:
+        return f"--network {args.network} cannot be emulated here: {why}; run as root or drop " \
+               "--network"
+    return None
 
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
@@ -73,7 +105,8 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
                   batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
                   epochs=args.epochs, eval=args.eval, lr=args.lr, momentum=args.momentum,
                   bucket_mb=args.bucket_mb, overlap=args.overlap, dtype=args.dtype,
-                  seed=args.seed, model_kwargs=kw, timeout_s=args.timeout)
+                  seed=args.seed, model_kwargs=kw, timeout_s=args.timeout,
+                  compute=args.compute, replay_source=args.replay_source)
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -85,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"one of {', '.join(STRATEGIES)} (default allreduce)")
     parser.add_argument("--algorithm", default="ring", help="allreduce: collectives algorithm")
     add_config_arguments(parser)
+    add_network_arguments(parser)
     parser.add_argument("--out", default=None, help="write steps.csv, summary.csv, meta.json here")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     return parser
@@ -93,12 +127,21 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    from ddlstudy.cluster import Interrupted, handle_signals
+
+    handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
     try:
         config = config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
         config.validate()
     except ValueError as err:
         parser.error(str(err))
-    from ddlstudy.cluster import Cluster, ClusterError
+    problem = check_network_args(args)
+    if problem:
+        parser.error(problem)
+    from dataclasses import replace
+
+    from ddlstudy.cluster import ClusterError
+    from ddlstudy.grid import dilation, emulated_cluster
     from ddlstudy.trainer import train
 
     print(f"Model: {config.model}  Strategy: {config.label}")
@@ -106,8 +149,13 @@ def main(argv: list[str] | None = None) -> int:
           + (f"  Servers: {config.n_servers}" if config.n_servers else ""))
     print(f"Running {config.warmup_steps} warm-up + {config.steps} timed steps...", flush=True)
     try:
-        with Cluster(workers=config.world_size, profile=args.profile,
-                     collective_timeout_s=args.timeout) as cluster:
+        with emulated_cluster(args.network, config.world_size, args.scale,
+                              profile=args.profile, collective_timeout_s=args.timeout) as cluster:
+            config = replace(config, time_dilation=dilation(cluster, config.compute)).validate()
+            net = cluster.network_info
+            if net:
+                print(f"Network: {net['profile']} x {net['scale']} (emulated), compute "
+                      f"x{config.time_dilation:g}", flush=True)
             result = train(cluster, config, out_dir=args.out, progress=args.progress)
     except (ClusterError, ValueError) as err:
         print(f"python -m ddlstudy.train: error: {err}", file=sys.stderr)
@@ -115,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TimeoutError, RuntimeError) as err:
         print(f"python -m ddlstudy.train: run failed: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted; engines stopped", file=sys.stderr)
-        return 130
+    except Interrupted as err:
+        print(f"interrupted by {err}; engines stopped", file=sys.stderr)
+        return err.exit_code
     for line in result.horovod_lines():
         print(line)
     if len(result.evals):

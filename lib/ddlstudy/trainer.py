@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ddlstudy.cluster import RankFailed
 from ddlstudy.strategies import (
     DEFAULT_TIMEOUT_S,
     PS_STRATEGIES,
@@ -111,7 +112,10 @@ class TrainConfig:
 
     @property
     def world_size(self) -> int:
-        return self.workers + self.n_servers
+        from ddlstudy.frameworks import TF_PS_STRATEGIES
+
+        # TF parameter servers take one more engine: ClusterCoordinator's chief task.
+        return self.workers + self.n_servers + (self.strategy in TF_PS_STRATEGIES)
 
     @property
     def input_shape(self) -> str | tuple[int, int, int]:
@@ -170,9 +174,6 @@ class TrainConfig:
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         choice("compute", self.compute, COMPUTE_MODES)
-        if self.compute == "replay" and self.strategy == "ddp":
-            raise ValueError("compute replay cannot drive ddp (its reducer is C++); use strategy "
-                             "allreduce for replayed runs")
         if not self.time_dilation > 0:
             raise ValueError(f"time_dilation must be > 0, got {self.time_dilation!r}")
         if self.time_dilation != 1.0 and self.compute != "replay":
@@ -433,6 +434,14 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     from tqdm.auto import tqdm
 
     config.validate()
+    from ddlstudy import frameworks
+
+    if (why := frameworks.missing(config.strategy)) is not None:
+        raise ValueError(why)
+    if config.strategy in frameworks.TF_STRATEGIES:  # TF has its own driver, same records
+        from ddlstudy.frameworks.tf_strategies import train as tf_train
+
+        return tf_train(cluster, config, out_dir, progress, return_weights=return_weights)
     world = config.world_size
     if cluster.size < world:
         raise ValueError(f"{config.strategy} with {config.workers} workers and "
@@ -501,8 +510,9 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     finally:
         if bar is not None:
             bar.close()
-        try:
-            cluster.run(_engine_teardown, run_id, world_size=world, timeout=30)
+        try:  # after a signal or a dead rank the engines are stopped, not waited on
+            if not isinstance(error, (KeyboardInterrupt, RankFailed, TimeoutError)):
+                cluster.run(_engine_teardown, run_id, world_size=world, timeout=30)
         except Exception:  # noqa: BLE001 - a stuck engine must not hide the real error
             pass
         if error is not None and out_dir is not None:
