@@ -59,6 +59,10 @@ class ClusterError(RuntimeError):
     """A cluster problem the user can fix: the message names it and the fix."""
 
 
+class RankFailed(RuntimeError):
+    """An engine died mid-run: the message names its rank, engine id, pid and host."""
+
+
 # ----------------------------------------------------------------------------- engine side
 # State of this engine process; set by `_engine_setup`, read by library code running there.
 _ENGINE: dict[str, Any] = {}
@@ -314,7 +318,8 @@ class Cluster:
             return
         self._pids.update(self._local_cluster_pids())
         record = {"owners": _owners(), "checkout": str(project_ipythondir().parent),
-                  "created": time.time(), "pids": _stamped(self._pids)}
+                  "created": time.time(), "pids": _stamped(self._pids),
+                  "rank_pids": [info["pid"] for info in self.infos]}
         _write_json_atomic(self.run_dir / "pids.json", record)
 
     def _setup_engines(self) -> None:
@@ -447,7 +452,7 @@ class Cluster:
         while len(results) < len(pending):
             dead = self._dead_rank(len(pending))
             if dead is not None:
-                raise ClusterError(dead)
+                raise RankFailed(dead)
             for rank, p in enumerate(pending):
                 if rank not in results and p.ready():
                     results[rank] = self._get(p, rank, 1)
@@ -492,7 +497,7 @@ class Cluster:
                                "may be stuck; stop the cluster and check the other ranks' errors"
                                ) from None
         except ipp.error.EngineError as err:
-            raise ClusterError(f"rank {rank} ({self._engine_name(rank)}) died: {err}") from None
+            raise RankFailed(f"rank {rank} ({self._engine_name(rank)}) died: {err}") from None
         except ipp.error.RemoteError as err:
             _reraise(err, rank)
 

@@ -22,7 +22,14 @@ def main(argv: list[str] | None = None) -> int:
         summary = (module.__doc__ or "").strip().split("\n")[0]
         module.add_arguments(sub.add_parser(name, help=summary))
     args = parser.parse_args(argv)
-    return int(modules[args.benchmark].main(args) or 0)
+    from ddlstudy.cluster import Interrupted, handle_signals
+
+    handle_signals()  # a signal unwinds the benchmark's `with Cluster`, which stops the engines
+    try:
+        return int(modules[args.benchmark].main(args) or 0)
+    except Interrupted as err:
+        print(f"interrupted by {err}; engines stopped", file=sys.stderr)
+        return err.exit_code
 
 
 if __name__ == "__main__":

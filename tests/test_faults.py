@@ -1,0 +1,199 @@
+"""Faults end fast, in one line, with nothing left behind (issue 12): engines SIGKILLed mid-run,
+signals to the CLIs, orphans of a dead owner. Processes are real; nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddlstudy import cluster as cl
+
+TIMEOUT_S = 20  # --timeout of the runs below: the collective timeout a dead rank is named within
+BOUND_S = TIMEOUT_S + 15  # + the stop grace and a loaded host
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def _write_record(folder: Path, owners: list[int], pids: list[int]) -> None:
+    folder.mkdir(parents=True)
+    record = {"owners": [cl._stamp(p) for p in owners], "pids": [cl._stamp(p) for p in pids]}
+    (folder / "pids.json").write_text(json.dumps(record))
+
+
+def test_cleanup_stops_only_clusters_whose_owner_died(tmp_path: Path) -> None:
+    owner, orphan_engine, live_engine = _sleeper(), _sleeper(), _sleeper()
+    try:
+        root = cl.clusters_dir(str(tmp_path))
+        _write_record(root / f"{owner.pid}-dead", [owner.pid], [orphan_engine.pid])
+        _write_record(root / f"{os.getpid()}-live", [os.getpid()], [live_engine.pid])
+        (root / "999999999-partial").mkdir()  # killed before its pids.json: owner pid gone
+        owner.kill()
+        owner.wait()
+        assert cl.cleanup(str(tmp_path)) == 1
+        assert orphan_engine.wait(timeout=10) is not None  # stopped
+        assert live_engine.poll() is None  # a live run's engine is untouched
+        assert sorted(p.name for p in root.iterdir()) == [f"{os.getpid()}-live"]
+        env = dict(os.environ, IPYTHONDIR=str(tmp_path))
+        out = subprocess.run([sys.executable, "-m", "ddlstudy.cluster", "--stop-all"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "1 cluster(s) of live runs left running" in out.stdout
+        assert live_engine.poll() is None
+    finally:
+        for proc in (owner, orphan_engine, live_engine):
+            proc.kill()
+            proc.wait()
+
+
+def test_pid_reuse_is_not_a_match() -> None:
+    stamp = cl._stamp(os.getpid())
+    assert stamp is not None and cl._matches(stamp) is not None
+    assert cl._matches({**stamp, "create_time": stamp["create_time"] - 100}) is None
+
+
+def _cluster_record(owner_pid: int, deadline: float) -> tuple[Path, dict]:
+    """The pids.json of the cluster `owner_pid` started, once it names every rank's pid."""
+    root = cl.clusters_dir()
+    while time.monotonic() < deadline:
+        for folder in root.glob(f"{owner_pid}-*"):
+            try:
+                record = json.loads((folder / "pids.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if record.get("rank_pids"):
+                return folder, record
+        time.sleep(0.2)
+    raise AssertionError(f"no cluster record of pid {owner_pid} appeared")
+
+
+def _alive_of(record: dict) -> list[int]:
+    return [st["pid"] for st in record["pids"] if cl._matches(st) is not None]
+
+
+def _train(strategy: str, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "synthetic",
+         "--strategy", strategy, "--workers", "2", "--batch-size", "8", "--steps", "100000",
+         "--warmup-steps", "1", "--timeout", str(TIMEOUT_S), "--no-progress", "--no-eval",
+         "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_rank_mid_run(strategy: str, rank: int, tmp_path: Path) -> None:
+    proc = _train(strategy, tmp_path / "run")
+    try:
+        folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
+        time.sleep(4)  # process group up, steps running
+        assert proc.poll() is None, proc.communicate()
+        victim = record["rank_pids"][rank]
+        t0 = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=BOUND_S + 30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1, err[-2000:]
+    assert f"rank {rank} (engine" in lines[-1] and f"pid {victim}" in lines[-1], err[-2000:]
+    assert "died" in lines[-1] and "Traceback" not in err
+    assert took < BOUND_S, f"named the dead rank after {took:.1f} s"
+    assert _alive_of(record) == [] and not folder.exists()  # nothing left behind
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert "died" in str(meta.get("status", ""))  # the failed run's record says why
+
+
+def test_sigkill_ps_sync_worker_is_named_fast(tmp_path: Path) -> None:
+    _kill_rank_mid_run("ps_sync", 1, tmp_path)
+
+
+def test_sigkill_allreduce_rank0_is_named_fast(tmp_path: Path) -> None:
+    _kill_rank_mid_run("allreduce", 0, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy,rank", [("ps_sync", 2), ("ps_sync", 0), ("allreduce", 1),
+                                           ("ps_sharded", 3), ("ps_async", 2), ("ddp", 1)])
+def test_sigkill_any_rank_any_strategy(strategy: str, rank: int, tmp_path: Path) -> None:
+    _kill_rank_mid_run(strategy, rank, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_train_stops_engines(sig: signal.Signals, tmp_path: Path) -> None:
+    proc = _train("allreduce", tmp_path / "run")
+    try:
+        folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
+        time.sleep(3)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err[-2000:]
+    assert err.strip().splitlines()[-1] == f"interrupted by {sig.name}; engines stopped"
+    assert "Traceback" not in err and _alive_of(record) == [] and not folder.exists()
+
+
+# ----------------------------------------------------------------------------- report runner
+def _report(out: Path, params: Path, repo_root: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddlstudy.report", "--params",
+         str(repo_root / "params/default.yaml"), "--params", str(repo_root / "params/ci.yaml"),
+         "--params", str(params), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=repo_root)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_signal_to_report_mid_chapter_then_rerun(sig: signal.Signals, tmp_path: Path,
+                                                 repo_root: Path) -> None:
+    """Chapter 00 finishes, 01 is killed while its cluster runs; the re-run reuses 00 and
+    completes; no process of the killed run is left."""
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("run_id: faults\nreport:\n  chapters: [00_background, 01_cluster_setup]\n")
+    out = tmp_path / "out"
+    proc = _report(out, tiny, repo_root)
+    try:
+        deadline = time.monotonic() + 400
+        while not list(out.glob("00_background*.done.json")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        kernel_owner = None
+        while kernel_owner is None and time.monotonic() < deadline:  # 01's cluster is up
+            for folder in cl.clusters_dir().glob("*"):
+                try:
+                    record = json.loads((folder / "pids.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                if any(o["pid"] == proc.pid for o in record["owners"]) and record["rank_pids"]:
+                    kernel_owner = (folder, record)
+            time.sleep(0.5)
+        assert kernel_owner is not None, "chapter 01 never started its cluster"
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=90)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    folder, record = kernel_owner
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 128 + sig and took < 60, (proc.returncode, took, err[-2000:])
+        assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+            f"interrupted by {sig.name}: stopped")
+        assert _alive_of(record) == []
+    rerun = _report(out, tiny, repo_root)
+    stdout, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err[-3000:]
+    assert "1 reused" in stdout or "1 reused" in err, stdout + err[-2000:]
+    assert _alive_of(record) == [] and not folder.exists()  # SIGKILL's orphans: cleaned up
