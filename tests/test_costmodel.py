@@ -312,3 +312,46 @@ def test_validate_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert "lack column(s)" in err and "\n" not in err
     assert M.main(["validate", str(tmp_path / "nope")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- projection
+def test_project_efficiency_against_one_worker_alone(monkeypatch):
+    sizes = (20 * MIB, 20 * MIB, 4 * MIB)
+    monkeypatch.setattr(M, "gradient_bytes", lambda model, shape="cifar": sizes)
+    c = M.Constants(host_s_per_byte=0.0)
+    proj = M.project(["resnet50"], ["allreduce", "ps_sync"], [1, 8, 64], ["IB-EDR", "10GbE"], c,
+                     shape="imagenet", batch_size=128, servers=[1, 0])
+    assert set(proj["source"]) == {"projected"}
+    ring = proj[proj["strategy"] == "allreduce"].set_index(["profile", "workers"])
+    assert ring.loc[("IB-EDR", 1), "efficiency"] == pytest.approx(1.0)
+    # the faster network scales better at 64 (Wang (NCHC)'s order), both below 1
+    assert 1 > ring.loc[("IB-EDR", 64), "efficiency"] > ring.loc[("10GbE", 64), "efficiency"]
+    ps = proj[proj["strategy"] == "ps_sync"]
+    one = ps[ps["servers_rule"] == "1"].set_index(["profile", "workers"])
+    per_n = ps[ps["servers_rule"] == "N"].set_index(["profile", "workers"])
+    # one server: its link carries 2N models, so the step grows ~N-fold; S = N: flat
+    assert one.loc[("10GbE", 64), "step_s"] > 30 * one.loc[("10GbE", 1), "step_s"]
+    assert per_n.loc[("10GbE", 64), "step_s"] == pytest.approx(per_n.loc[("10GbE", 8), "step_s"])
+    assert per_n.loc[("10GbE", 64), "servers"] == 64
+    # images/sec = N x batch / step
+    r = ring.loc[("10GbE", 8)]
+    assert r["images_per_sec"] == pytest.approx(8 * 128 / r["step_s"])
+
+
+def test_validation_for_missing_records_is_labelled_not_validated(tmp_path):
+    v = M.validation_for([tmp_path / "absent"])
+    assert v.n_cells == 0 and math.isnan(v.median_error)
+    assert v.label.startswith("projected (model not validated: none of")
+    assert v.cluster_constants() == M.Constants(host_s_per_byte=0.0)
+
+
+def test_validation_for_states_error_and_converts_constants(tmp_path, monkeypatch):
+    sizes = _write_cells(tmp_path)
+    monkeypatch.setattr(M, "gradient_bytes", lambda model, shape="cifar": sizes[model])
+    v = M.validation_for([tmp_path, tmp_path / "absent"])
+    assert v.n_cells == 16 - 16 // 3 and v.median_error < 1e-3 and v.scale == 0.01
+    assert v.label == ("projected (model validated to 0% median relative error on "
+                       f"{v.n_cells} held-out cells)")
+    cc = v.cluster_constants()
+    assert cc.overhead_s == pytest.approx(v.constants.overhead_s * 0.01)
+    assert cc.link_factor == v.constants.link_factor

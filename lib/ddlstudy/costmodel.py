@@ -13,6 +13,19 @@ largest power of two p' <= p (MPICH's scheme, what `collectives` implements): lg
 one full-buffer exchange in and one out (2 alpha + 2 n beta + n gamma). Thakur et al. write
 ceil(lg p) for these; floor + fold is what the code does, so that is what is modelled. The binomial
 tree works for any p with depth ceil(lg p).
+
+On top of that, one training step of every strategy (`predict_step`): the replay table's compute
+(forward, then backward producing gradients in reverse order), the model's gradient sizes in the
+buckets `strategies.AllReduce` builds, each bucket all-reduced when ready (overlap) or after
+backward, a parameter server's 2N/S models through each server's link, links from
+`ddlstudy.netem.PROFILES`, and three per-host constants (`Constants`) fitted to measured cells:
+
+    python -m ddlstudy.costmodel validate results/reference outputs/<run> ...
+
+reads every summary.csv below the folders, fits the constants on every third cell in order of
+step time, prints measured vs predicted seconds per step for each cell and ends with
+`median relative error: 0.NN` over the cells not fitted. `project` carries the validated model
+to other worker counts, networks and what-ifs (chapter 06).
 """
 
 from __future__ import annotations
