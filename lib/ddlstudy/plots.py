@@ -253,7 +253,7 @@ def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, 
             ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
             ax.set_ylim(0, 1.05)
         ax.set(xlabel="workers", ylabel=ylabel or y, title="" if key is None else str(key))
-    axes[0][-1].legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, y=1.04)
     fig.tight_layout()
     return fig
