@@ -541,14 +541,21 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise Interrupted(signum)
 
 
+def _raise_interrupted_quietly(signum: int, _frame: Any) -> None:
+    logging.disable(logging.CRITICAL)  # libraries' logs of the unwinding would bury the line
+    raise Interrupted(signum)
+
+
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def handle_signals() -> None:
+def handle_signals(quiet: bool = False) -> None:
     """CLIs call this first: any of SIGINT/SIGTERM/SIGHUP raises Interrupted in the main
-    thread; the CLI stops its cluster, prints one line and exits 128 + the signal number."""
+    thread; the CLI stops its cluster, prints one line and exits 128 + the signal number.
+    quiet: also silence logging from then on (e.g. asyncio's 'Task exception was never
+    retrieved' after papermill's kernel dies)."""
     for sig in HANDLED_SIGNALS:
-        signal.signal(sig, _raise_interrupted)
+        signal.signal(sig, _raise_interrupted_quietly if quiet else _raise_interrupted)
 
 
 @contextmanager

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from ddlstudy import cluster
 
-    cluster.handle_signals()
+    cluster.handle_signals(quiet=True)  # papermill/nbclient/asyncio: no dying-kernel chatter
     os.environ.update(cluster.owner_env())  # kernels' clusters die with this runner
     try:
         result = run_report(args.params, args.out)
