@@ -81,6 +81,11 @@ def _clean(values: Values) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
+def _few(n: int) -> str:
+    """Label for a bootstrap on so few repeats that it only spans their range."""
+    return " (nominal: < 6 repeats)" if n < 6 else ""
+
+
 def _missing(n: int, method: str, value: float = math.nan) -> Interval:
     return Interval(value, math.nan, math.nan, n, method, math.nan)
 
@@ -140,7 +145,7 @@ def _compare(stat: Callable[[np.ndarray, np.ndarray], float], a: Values, b: Valu
              paired: bool, level: float) -> Interval:
     x, y = _two_arms(a, b, paired)
     n = min(len(x), len(y))
-    method = f"{'paired' if paired else 'unpaired'} bootstrap"
+    method = f"{'paired' if paired else 'unpaired'} bootstrap" + _few(n)
     if n == 0:
         return _missing(0, method)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -189,6 +194,7 @@ def slope_ci(x: Values, y: Values, level: float = LEVEL) -> Interval:
     value = _ols_slope(xs, ys)
     groups = [ys[xs == lv] for lv in levels]
     reps = min(len(g) for g in groups)
+    method += _few(reps)
     if max(len(g) for g in groups) < MIN_REPEATS:
         return _missing(reps, method, value)
     rng = np.random.default_rng(SEED)
