@@ -209,6 +209,7 @@ def base_config(params: Any, model: str, training: Any = None, **overrides: Any)
     fields = dict(model=model, shape=t.shape, dataset=t.dataset, algorithm=t.algorithm,
                   batch_size=t.batch_size, steps=t.steps, warmup_steps=t.warmup_steps, lr=t.lr,
                   bucket_mb=t.bucket_mb, overlap=t.overlap, seed=params.seed,
-                  data_root=str(params.data.path()), compute=t.compute,
+                  data_root=str(params.data.path()), verify_data=params.data.verify,
+                  compute=t.compute,
                   replay_source=t.replay_source)
     return TrainConfig(**{**fields, **overrides})

@@ -133,6 +133,8 @@ class DataParams(_Section):
     root: str = Field("data", description="relative paths are from the project root")
     require: list[Literal["mnist", "fashion_mnist", "cifar10"]] = Field(
         default_factory=list, description="data sets that must be present before the run starts")
+    verify: bool = Field(True, description="check the known checksums at every load; false "
+                         "loads your own files of the same format")
 
     def path(self) -> Path:
         from ddlstudy.records import project_root

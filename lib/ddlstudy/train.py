@@ -44,6 +44,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
     a("--dataset", default=d.dataset, help=f"synthetic, digits, mnist, fashion_mnist, cifar10 "
       f"(default {d.dataset})")
     a("--data-root", default=d.data_root, help="folder with the data files (make data)")
+    a("--no-verify-data", dest="verify_data", action="store_false", help="load your own "
+      "MNIST/Fashion-MNIST/CIFAR-format files without checking the known checksums")
     a("--workers", type=int, default=d.workers, help="data-parallel workers")
     a("--servers", type=int, default=d.servers, help="PS server processes (default 1; "
       "ps_sharded 2)")
@@ -101,7 +103,8 @@ def check_network_args(args: argparse.Namespace) -> str | None:
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
     kw = {"hidden": args.hidden} if getattr(args, "hidden", None) else {}
     values = dict(model=args.model, shape=args.shape, dataset=args.dataset,
-                  data_root=args.data_root, workers=args.workers, servers=args.servers,
+                  data_root=args.data_root, verify_data=args.verify_data,
+                  workers=args.workers, servers=args.servers,
                   batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
                   epochs=args.epochs, eval=args.eval, lr=args.lr, momentum=args.momentum,
                   bucket_mb=args.bucket_mb, overlap=args.overlap, dtype=args.dtype,

@@ -99,6 +99,7 @@ class TrainConfig:
     epochs: int | None = None
     eval: bool = True
     data_root: str = "data"
+    verify_data: bool = True  # check the data files' known checksums (False: your own files)
     num_classes: int | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None
@@ -233,7 +234,7 @@ def _load(config: TrainConfig, train: bool, n: int | None = None) -> tuple[torch
                                                                            torch.Tensor]:
     from ddlstudy.data import load_dataset
 
-    kw: dict[str, Any] = {}
+    kw: dict[str, Any] = {"verify": config.verify_data}
     if config.dataset == "synthetic":
         kw = {"n": n, "seed": config.seed if train else config.seed + 1}
         if config.num_classes is not None:
