@@ -11,7 +11,6 @@ A failing chapter keeps its executed copy (with the error in it) and the index s
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import sys
@@ -52,6 +51,10 @@ def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# The kernel app logs "Kernel is running over TCP without encryption" at WARNING once per
+# chapter (ipykernel kernelapp.init_sockets; local kernels talk over loopback): its own logger
+# only goes to ERROR, the chapters' warnings and errors are untouched.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 READS_OTHERS = "99_conclusions"  # the chapter that reads every other chapter's records
 
 
@@ -76,6 +79,9 @@ def plan(params: StudyParams, run_dir: Path, params_files: list[str]) -> list[Jo
         if chapter == "03_ps_vs_ring":
             for model in params.training.models:
                 jobs.append(Job(chapter, f"{chapter}-{model}", {**base, "model": model}))
+            for model in params.network.chapter03_models:  # the emulated-cluster section
+                jobs.append(Job(chapter, f"{chapter}-emulated-{model}",
+                                {**base, "model": model, "emulated": True}))
         else:
             jobs.append(Job(chapter, chapter, dict(base)))
     return jobs
@@ -104,7 +110,8 @@ def execute(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None
         pm.execute_notebook(str(NOTEBOOKS / f"{job.chapter}.ipynb"), str(out),
                             parameters=job.parameters, kernel_name=params.report.kernel,
                             cwd=str(NOTEBOOKS), progress_bar=False,
-                            execution_timeout=params.report.cell_timeout_s)
+                            execution_timeout=params.report.cell_timeout_s,
+                            extra_arguments=KERNEL_ARGS)
     except Exception as err:  # noqa: BLE001 - any failure is reported, the grid goes on
         return _first_line(err)
     resume.write_json_atomic(marker, {"digest": job.digest(params, inputs),
@@ -122,59 +129,21 @@ def _first_line(err: Exception) -> str:
 
 def render(run_dir: Path, jobs: list[Job], failures: dict[str, str], skipped: set[str],
            params: StudyParams) -> Path:
-    """Each executed notebook to self-contained HTML, plus an index with the run's metadata."""
-    from nbconvert import HTMLExporter
-
-    report_dir = run_dir / "report"
-    report_dir.mkdir(parents=True, exist_ok=True)
-    exporter = HTMLExporter(embed_images=True, exclude_input_prompt=True,
-                            exclude_output_prompt=True)
-    items = []
-    for job in jobs:
-        nb_path = run_dir / f"{job.name}.ipynb"
-        if nb_path.exists():
-            body, _ = exporter.from_filename(str(nb_path))
-            (report_dir / f"{job.name}.html").write_text(body)
-        status = ("failed: " + failures[job.name] if job.name in failures
-                  else "not run" if not nb_path.exists()
-                  else "reused from an earlier run" if job.name in skipped else "ran")
-        items.append((job, status, nb_path.exists()))
-    meta = records.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
-    (report_dir / "index.html").write_text(_index_html(params, meta, items))
-    return report_dir / "index.html"
-
-
-_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}.fail{color:#b00}"
-          ".ok{color:#060}pre{background:#f4f4f4;padding:1em;overflow:auto}")
-
-
-def _index_html(params: StudyParams, meta: dict[str, Any],
-                items: list[tuple[Job, str, bool]]) -> str:
+    """The run as a book (ddlstudy.book): landing page with the findings, one page per chapter."""
     import yaml
 
-    esc = html.escape
-    rows = []
-    for job, status, exists in items:
-        name = f'<a href="{esc(job.name)}.html">{esc(job.name)}</a>' if exists else esc(job.name)
-        css = "fail" if status.startswith("failed") else "ok"
-        rows.append(f'<li>{name} <span class="{css}">({esc(status)})</span></li>')
-    versions = ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items())
-    host = meta.get("host", {})
+    from ddlstudy.book import Page, build_book
+
+    pages = [Page(job.name, job.chapter,
+                  "failed: " + failures[job.name] if job.name in failures
+                  else "not run" if not (run_dir / f"{job.name}.ipynb").exists()
+                  else "reused from an earlier run" if job.name in skipped else "ran")
+             for job in jobs]
+    meta = records.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
     params_yaml = yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
-    return "\n".join([
-        '<!doctype html><html><head><meta charset="utf-8">',
-        f"<title>ddlstudy: {esc(params.run_id)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>Parameter Server vs all-reduce: run <code>{esc(params.run_id)}</code></h1>",
-        "<h2>Chapters</h2><ol>", *rows, "</ol>",
-        "<h2>Run</h2><ul>",
-        f"<li>git sha: <code>{esc(str(meta.get('git_sha', 'unknown')))}</code></li>",
-        f"<li>created: {esc(str(meta.get('created', '')))}</li>",
-        f"<li>host: {esc(str(host.get('hostname', '')))}, {esc(str(host.get('cpu_count', '')))}"
-        f" cores, {esc(str(host.get('memory_gb', '')))} GB memory, GPUs:"
-        f" {esc(str(host.get('cuda_devices', [])))}</li>",
-        f"<li>versions: {esc(versions)}</li></ul>",
-        f"<h2>Parameters</h2><pre>{esc(params_yaml)}</pre>",
-        "</body></html>", ""])
+    index, seconds = build_book(run_dir, pages, meta, params.run_id, params_yaml)
+    tqdm.write(f"book: {len(pages)} chapter pages rendered in {seconds:.0f} s")
+    return index
 
 
 @dataclass
@@ -199,11 +168,17 @@ def run_report(params_files: list[str], out: str | None = None) -> ReportResult:
         bar.set_postfix_str(job.name)
         if is_done(job, run_dir, params, jobs):
             skipped.add(job.name)
+            tqdm.write(f"{job.name}: reused")
             continue
+        started = time.perf_counter()
         error = execute(job, run_dir, params, jobs)
+        took = f"{time.perf_counter() - started:.0f} s"
         if error:
             failures[job.name] = error
-            tqdm.write(f"FAILED {job.name}: {error} (executed copy: {run_dir / job.name}.ipynb)")
+            tqdm.write(f"{job.name}: FAILED after {took}: {error} (executed copy: "
+                       f"{run_dir / job.name}.ipynb)")
+        else:
+            tqdm.write(f"{job.name}: ran in {took}")
     index = render(run_dir, jobs, failures, skipped, params)
     ran = [j.name for j in jobs if j.name not in skipped and j.name not in failures]
     print(f"report: {index}  ({len(ran)} ran, {len(skipped)} reused, {len(failures)} failed"
