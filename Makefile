@@ -15,7 +15,7 @@ export MPLCONFIGDIR := $(CURDIR)/.cache/matplotlib
 export MPLBACKEND := Agg
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup test test-slow lint bench report lab data clean kernel
+.PHONY: setup test test-slow lint bench report reference lab data clean kernel
 
 setup: $(STAMP)
 
@@ -49,6 +49,15 @@ bench: setup
 
 report: setup
 	$(PY) -m ddlstudy.report --params $(PARAMS)
+
+# The papers' grids under emulation (root: network namespaces), resuming cell by cell from what
+# results/reference/ already holds; the host calibration is measured once and kept beside them.
+REFERENCE_DIR ?= results/reference
+REFERENCE_CAL := $(CURDIR)/$(REFERENCE_DIR)/netem_calibration.json
+reference: setup
+	test -f $(REFERENCE_CAL) || DDLSTUDY_NETEM_CALIBRATION=$(REFERENCE_CAL) $(PY) -m ddlstudy.netem --calibrate
+	DDLSTUDY_NETEM_CALIBRATION=$(REFERENCE_CAL) $(PY) -m ddlstudy.report --params params/default.yaml \
+	  --params params/reference.yaml --out $(REFERENCE_DIR)
 
 lab: setup kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -146,9 +146,13 @@ def run_monitored(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
 
 @contextlib.contextmanager
 def emulated_cluster(network: str, engines: int, scale: float | None = None,
-                     **cluster_kwargs: Any) -> Iterator[Any]:
+                     offload_off: bool = True, **cluster_kwargs: Any) -> Iterator[Any]:
     """A started Cluster of `engines` engines, each in its own namespace on a link shaped to
     `network` x `scale` (netem profile, e.g. "10GbE"); stopped, and the network removed, on exit.
+
+    scale None: `netem.scale_for` picks the largest scale at which `engines` links fit under the
+    host's measured ceiling for this offload state. offload_off: wire-sized packet counts
+    (chapter 04); on, the host moves several times more, so throughput chapters turn it on.
 
     network "none": plain local engines. Where namespaces cannot be made (not root, no tc), one
     line is printed and the engines run on loopback, unshaped; the records then say so. The
@@ -174,7 +178,9 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
             cluster.stop()
         return
     cluster_kwargs.pop("profile", None)
-    with netem.network_or_loopback(engines, network, scale) as net:
+    if scale is None:
+        scale = netem.scale_for(network, engines, offload_off)
+    with netem.network_or_loopback(engines, network, scale, offload_off=offload_off) as net:
         if net is None:
             cluster = Cluster(workers=engines, **cluster_kwargs).start()
             info: dict[str, Any] = {"profile": "loopback", "requested": network, "scale": None,

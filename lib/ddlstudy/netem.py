@@ -84,6 +84,21 @@ DEFAULT_SCALE = 0.01
 # off, moved 3.6-3.9 Gbit/s in total here (IB-EDR x 3 nodes held 93% of its rate per link). Beyond
 # this total the emulation is CPU-bound, not link-bound: describe() flags it.
 AGGREGATE_CEILING_BPS = 3.6e9
+# The same with segmentation offload ON (the throughput chapters' default: only chapter 04's
+# packet counts need it off). Measured here by `netem --calibrate` (every node of a 4-7 node ring
+# sending at once, unshaped) on a 2-core host shared with other jobs; `--calibrate` stores the
+# host's own figures (CALIBRATION_FILE), which replace these.
+CALIBRATION_DEFAULTS: dict[str, dict[str, float]] = {
+    # aggregate: payload all links carry together, unshaped; link: fastest tbf rate one link of
+    # a loaded ring still held within 10 % of
+    "offload_off": {"aggregate_bps": AGGREGATE_CEILING_BPS, "link_bps": 1e9},
+    "offload_on": {"aggregate_bps": 2.2e9, "link_bps": 1e9},
+}
+# Scales tried, largest first: the largest that fits the calibration is used (records keep it).
+SCALES = (0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001)
+HEADROOM = 0.8  # use at most this share of the measured ceiling
+CALIBRATION_FILE = Path(os.environ.get("DDLSTUDY_NETEM_CALIBRATION",
+                                       "outputs/netem_calibration.json"))
 
 
 @dataclass(frozen=True)
@@ -341,6 +356,44 @@ def cleanup_all(force: bool = False) -> list[str]:
     return removed
 
 
+# ----------------------------------------------------------------------------- calibration
+def calibration(offload_off: bool) -> dict[str, Any]:
+    """The host's ceilings for this offload state: from CALIBRATION_FILE (written by
+    `netem --calibrate`, relative paths from the project root) or the defaults measured here."""
+    from ddlstudy.records import project_root
+
+    key = "offload_off" if offload_off else "offload_on"
+    path = CALIBRATION_FILE if CALIBRATION_FILE.is_absolute() else project_root() / CALIBRATION_FILE
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        saved = json.loads(path.read_text())[key]
+        return {"aggregate_bps": float(saved["aggregate_bps"]),
+                "link_bps": float(saved["link_bps"]), "source": str(path)}
+    return {**CALIBRATION_DEFAULTS[key], "source": "netem.CALIBRATION_DEFAULTS"}
+
+
+def scale_for(profile: str, n_nodes: int, offload_off: bool = False) -> float:
+    """The largest of SCALES at which n_nodes links of `profile` all sending at once stay under
+    HEADROOM x the measured aggregate ceiling, and one link under the fastest rate tbf held: the
+    emulation then measures the links, not this host's CPUs."""
+    if profile == UNSHAPED:
+        return DEFAULT_SCALE
+    rate = profile_info(profile, 1.0)["real_rate_bps"]
+    cal = calibration(offload_off)
+    for scale in SCALES:
+        if (n_nodes * rate * scale <= HEADROOM * cal["aggregate_bps"]
+                and rate * scale <= cal["link_bps"]):
+            return scale
+    return SCALES[-1]
+
+
+def cpu_bound(info: dict[str, Any] | None, nodes: int) -> bool:
+    """True when `nodes` links at the record's emulated rate would ask more of this host than its
+    measured aggregate ceiling: such a cell measures the CPUs, not the links."""
+    info = info or {}
+    rate, ceiling = info.get("emulated_rate_bps"), info.get("aggregate_ceiling_bps")
+    return bool(rate and ceiling and nodes * float(rate) > float(ceiling))
+
+
 # ----------------------------------------------------------------------------- the network
 def profile_info(profile: str, scale: float | None = None) -> dict[str, Any]:
     """Real and emulated rate of a profile, as records store them."""
@@ -404,6 +457,7 @@ class EmulatedNetwork:
         self.n_nodes = n_nodes
         self.scale = self.profile["scale"]
         self.offload_off = offload_off
+        self.ceiling = calibration(offload_off)
         self.mtu = mtu
         self._name(secrets.token_hex(2))
         self.subnet: ipaddress.IPv4Network | None = None
@@ -561,9 +615,11 @@ class EmulatedNetwork:
                         else "none"), "tbf": self.tbf, "mtu": self.mtu,
             "offload_method": self.offload_method, "packet_counting": counting,
             "latency_note": "not emulated: netem is not available on this kernel",
-            "aggregate_ceiling_bps": AGGREGATE_CEILING_BPS,
+            "offload_off": self.offload_off,
+            "aggregate_ceiling_bps": self.ceiling["aggregate_bps"],
+            "ceiling_source": self.ceiling["source"],
             "cpu_bound_risk": bool(self.scale) and self.n_nodes * self.profile[
-                "emulated_rate_bps"] > 0.8 * AGGREGATE_CEILING_BPS,
+                "emulated_rate_bps"] > HEADROOM * self.ceiling["aggregate_bps"],
             "subnet": str(self.subnet) if self.subnet else None, "bridge": self.bridge,
             "bridge_ip": self.bridge_ip, "namespaces": list(self.namespaces),
             "ips": list(self.ips), "ifaces": list(self.ifaces),
@@ -777,6 +833,33 @@ def calibrate(seconds: float = 2.0, offload_off: bool = True) -> dict[str, Any]:
         return {**r, "packet_counting": net.describe()["packet_counting"]}
 
 
+def calibrate_host(seconds: float = 2.0, nodes: int = 5,
+                   link_rates: Sequence[float] = (5e7, 1e8, 2.5e8, 5e8, 1e9, 2e9)
+                   ) -> dict[str, Any]:
+    """Per offload state: the aggregate ceiling (every node of an unshaped ring sending at once)
+    and the fastest tbf link rate that a loaded ring still held within 10 % (payload >= 0.9 x
+    rate less the header share). What `scale_for` picks scales from."""
+    out: dict[str, Any] = {"nodes": nodes, "seconds": seconds, "host": socket.gethostname(),
+                           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for off in (True, False):
+        with EmulatedNetwork(nodes, UNSHAPED, offload_off=off) as net:
+            ring = measure_ring_throughput(net, seconds)
+        held, trials = 0.0, []
+        for rate in link_rates:
+            with EmulatedNetwork(nodes, "IB-EDR", rate / PROFILES["IB-EDR"].rate_bps,
+                                 offload_off=off) as net:
+                r = measure_ring_throughput(net, seconds)
+            ok = r["min_link_ratio"] >= 0.9 * (1 - HEADER_BYTES / (MTU + 14))
+            trials.append({"rate_bps": rate, "min_link_ratio": r["min_link_ratio"], "held": ok})
+            if not ok:
+                break
+            held = rate
+        out["offload_off" if off else "offload_on"] = {
+            "aggregate_bps": ring["aggregate_payload_bps"], "link_bps": held,
+            "tbf_trials": trials}
+    return out
+
+
 def _bps(v: float | None) -> str:
     if v is None:
         return "unshaped"
@@ -796,7 +879,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --cleanup: also remove networks of runs still alive")
     parser.add_argument("--profile", default="10GbE", choices=[*PROFILES, UNSHAPED])
     parser.add_argument("--scale", type=float, default=None,
-                        help=f"rate scale factor (default {DEFAULT_SCALE})")
+                        help="rate scale factor (default: calibrated per profile, scale_for)")
     parser.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
     if args.cleanup:
@@ -814,6 +897,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"unshaped veth, offload {'off' if off else 'on'}: payload "
                       f"{_bps(r['payload_bps'])}, wire {_bps(r['wire_bps'])}, "
                       f"{r['packets']} packets ({r['packet_counting']})")
+            cal = calibrate_host(args.seconds)
+            for key in ("offload_off", "offload_on"):
+                c = cal[key]
+                print(f"{key.replace('_', ' ')}: {cal['nodes']}-node ring aggregate "
+                      f"{_bps(c['aggregate_bps'])}; tbf held {_bps(c['link_bps'])} per link ("
+                      + ", ".join(f"{_bps(t['rate_bps'])}: {t['min_link_ratio']:.0%}"
+                                  for t in c["tbf_trials"]) + ")")
+            from ddlstudy.records import project_root
+
+            path = (CALIBRATION_FILE if CALIBRATION_FILE.is_absolute()
+                    else project_root() / CALIBRATION_FILE)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(cal, indent=1) + "\n")
+            print(f"wrote {path}; scales now: " + ", ".join(
+                f"{p} {scale_for(p, 7):g}" for p in PROFILES) + " (7 nodes, offload on)")
             return 0
         if args.check:
             return _check(args.profile, args.scale, args.seconds)

@@ -222,7 +222,10 @@ class TrainingParams(_Section):
 class NetworkParams(_Section):
     """The emulated cluster network (ddlstudy.netem) and chapter 05's profile comparison."""
 
-    scale: float = Field(0.01, gt=0, le=1, description="emulated link rate = profile rate x scale")
+    scale: float | None = Field(None, gt=0, le=1, description="emulated link rate = profile rate x "
+                                "scale; None: the largest that fits the host (netem.scale_for)")
+    offload: bool = Field(True, description="segmentation offload on the emulated links: on moves "
+                          "several times more per CPU; chapter 04 turns it off to count packets")
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
     model: ModelName = "resnet50"
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
@@ -232,6 +235,15 @@ class NetworkParams(_Section):
     steps: int = Field(2, ge=1, le=10_000_000)
     warmup_steps: int = Field(1, ge=0, le=1_000_000)
     replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
+    # chapter 03's emulated section: PS vs ring per model on `chapter03_profile` links with
+    # compute replayed (workers, algorithm, steps as above); [] leaves only the one-host run
+    chapter03_models: ModelNames = Field(default_factory=list)
+    chapter03_profile: str = "10GbE"
+
+    @field_validator("chapter03_profile")
+    @classmethod
+    def _chapter03_profile(cls, v: str) -> str:
+        return _known([v], NETWORKS[1:], "network profile")[0]
 
     @field_validator("profiles")
     @classmethod

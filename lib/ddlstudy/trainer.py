@@ -634,8 +634,16 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         "images_per_sec_cluster": ips * config.time_dilation,
         "network": (network or {}).get("profile", "none"),
         "network_scale": (network or {}).get("scale"),
+        # the cell's links together ask more than the host's measured ceiling (ddlstudy.netem)
+        "cpu_bound": _cpu_bound(network, config.world_size),
     }
     return pd.DataFrame([row])
+
+
+def _cpu_bound(network: dict[str, Any] | None, nodes: int) -> bool:
+    from ddlstudy.netem import cpu_bound
+
+    return cpu_bound(network, nodes)
 
 
 def write_result(result: TrainResult, out_dir: str | Path, **extra: Any) -> Path:
