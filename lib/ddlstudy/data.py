@@ -150,8 +150,8 @@ def verify_content(path: Path, raw: bytes, expected: str, dataset: str) -> None:
     if got != expected:
         raise DataError(
             f"{path}: content sha256 {got[:12]}... is not the known {dataset} file's "
-            f"{expected[:12]}... (corrupt or changed): re-fetch it with `make data`, or set "
-            "data.verify: false to load your own file of this format"
+            f"{expected[:12]}... (corrupt or changed): re-fetch it with `make data`; your own "
+            "file of this format: data.verify: false (train: --no-verify-data)"
         )
     _VERIFIED[key] = expected
 
