@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
 from ddlstudy.params import CHAPTERS, load_params
@@ -51,6 +52,34 @@ def test_each_chapter_writes_records_with_meta(ci_run) -> None:
         assert meta["params"]["run_id"] == "ci" and meta["versions"]["torch"].startswith("2.13")
     assert (out / "02_collectives" / "collectives.csv").exists()
     assert (out / "03_ps_vs_ring-mlp" / "summary.csv").exists()
+
+
+def test_claims_csv_has_intervals_and_no_verdict_outruns_them(ci_run) -> None:
+    _, out, _ = ci_run
+    claims = pd.read_csv(out / "99_conclusions" / "claims.csv")
+    need = {"paper", "claim", "chapter", "quantity", "value", "ci_low", "ci_high", "no_effect",
+            "repeats", "verdict", "reason"}
+    assert need <= set(claims.columns)
+    assert set(claims["paper"]) == {"Shi 2019", "Fourie 2019", "Malik 2018", "Pani",
+                                    "Wang (NCHC)"}
+    decided = claims[claims["verdict"].isin(["agrees", "differs"])]
+    assert not ((decided["ci_low"] <= decided["no_effect"])
+                & (decided["no_effect"] <= decided["ci_high"])).any()
+    assert (decided["repeats"] >= 2).all()
+
+
+FIXED_RESULTS = ("log-depth algorithms win", "identical bits", "stay flat", "grows with N",
+                 "within 10", "far too small")
+
+
+def test_markdown_states_no_fixed_results(repo_root: Path) -> None:
+    """Result sentences are generated from records in code cells, never typed into markdown."""
+    for name in ("00_background", "01_cluster_setup", "02_collectives",
+                 "04_utilization_traffic", "99_conclusions"):
+        nb = nbformat.read(repo_root / "notebooks" / f"{name}.ipynb", 4)
+        text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        found = [p for p in FIXED_RESULTS if p in text]
+        assert not found, f"{name}: fixed result text {found}"
 
 
 def test_second_run_resumes_and_reruns_nothing(ci_run) -> None:
