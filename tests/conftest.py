@@ -32,3 +32,14 @@ def cluster8() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def ci_report(tmp_path_factory: pytest.TempPathFactory):
+    """The CI report (params/default.yaml + params/ci.yaml) run once per session: the notebook
+    tests and the browser test read the same run folder and book."""
+    from ddlstudy.report import run_report
+
+    out = tmp_path_factory.mktemp("report") / "ci"
+    files = [str(ROOT / "params/default.yaml"), str(ROOT / "params/ci.yaml")]
+    return files, out, run_report(files, str(out))

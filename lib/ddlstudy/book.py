@@ -238,6 +238,7 @@ myst_enable_extensions = ["dollarmath", "amsmath"]
 html_math_renderer = "ddlstudy_tex"  # TeX as text: no MathJax from a CDN
 html_theme = "sphinx_book_theme"
 html_title = {project!r}
+html_context = {{"default_mode": "light"}}  # else the theme logs a console error on first open
 html_theme_options = {{"show_toc_level": 2, "use_download_button": False,
                       "use_fullscreen_button": False, "home_page_in_toc": True}}
 html_static_path = ["_static"]
