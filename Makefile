@@ -33,12 +33,20 @@ lint: setup
 
 # Unit + integration tests (the notebooks run through papermill on params/ci.yaml in
 # tests/test_notebooks.py), then nbval over the committed notebooks with the same tiny params.
-test: setup
+test: setup browser
 	$(VENV)/bin/ruff check lib tests
 	$(PY) -m pytest -q
 	cd notebooks && DDLSTUDY_PARAMS=../params/default.yaml:../params/ci.yaml \
 	  ../$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 --rootdir=. -o addopts="" .
+
+# Debian's chromium for tests/test_browser.py: installed when root, else that test skips.
+.PHONY: browser
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] \
+	  && { apt-get install -y -q chromium >/dev/null 2>&1 \
+	       || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; } \
+	  || echo "chromium not installed (not root): tests/test_browser.py will skip"; }
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
