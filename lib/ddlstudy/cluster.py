@@ -244,6 +244,10 @@ class Cluster:
         if profile is None and (not isinstance(workers, int) or workers < 1):
             raise ClusterError(f"workers must be a positive integer, got {workers!r}: pass "
                                "--workers 2 (or more)")
+        for name, value in (("start_timeout_s", start_timeout_s),
+                            ("collective_timeout_s", collective_timeout_s)):
+            if not 0 < value <= 86_400:  # timedelta overflows on 1e300; a day is plenty
+                raise ClusterError(f"{name} must be in (0, 86400] seconds, got {value:g}")
         self.workers = workers
         self.profile = profile
         self.start_timeout_s = start_timeout_s

@@ -169,9 +169,12 @@ class TrainConfig:
             raise ValueError(f"{self.strategy} needs servers >= 1, got {self.servers}")
         if self.servers and self.strategy not in PS_STRATEGIES:
             raise ValueError(f"servers={self.servers} only applies to {', '.join(PS_STRATEGIES)}")
-        if self.lr <= 0 or self.bucket_mb <= 0:
-            raise ValueError(f"lr and bucket_mb must be > 0, got lr={self.lr}, "
-                             f"bucket_mb={self.bucket_mb}")
+        if not (0 < self.lr < math.inf and 0 < self.bucket_mb <= 1 << 16):
+            raise ValueError(f"lr must be finite and > 0 and bucket_mb in (0, 65536], got "
+                             f"lr={self.lr}, bucket_mb={self.bucket_mb}")
+        if self.timeout_s is not None and not 0 < self.timeout_s <= 86_400:
+            raise ValueError(f"timeout must be in (0, 86400] seconds (a day), got "
+                             f"{self.timeout_s:g}")
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         choice("compute", self.compute, COMPUTE_MODES)
