@@ -155,7 +155,7 @@ def shi_traffic(run_dir: Path, folders: Folders) -> list[Claim]:
     model_bytes = float(summary["params"].iloc[0]) * 4
     ps = summary[summary["strategy"] == "ps_sync"]
     ring = summary[summary["strategy"] == "allreduce"]
-    counts = sorted(set(ps["workers"]) & set(ring["workers"]))
+    counts = sorted(n for n in set(ps["workers"]) & set(ring["workers"]) if n > 1)
     why = ("" if len(counts) >= 2 else
            _missing(ch, folders, f"two or more worker counts with both PS and ring (has "
                                  f"{counts or 'none'})"))
