@@ -1,0 +1,129 @@
+"""The book's parts: cleaned copies of executed notebooks, summaries computed from records, and
+one small Sphinx build from a run folder made here (a notebook really executed by a kernel)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from ddlstudy import book, summaries
+
+NOISY = [
+    ("parameters", "run_dir = 'x'"),
+    ("injected-parameters", "run_dir = {run!r}"),
+    (None, "import sys, warnings\nprint('kept line')\nprint('oops', file=sys.stderr)\n"
+           "warnings.warn('noisy')"),
+    (None, "from tqdm.auto import tqdm\nfor _ in tqdm(range(3)): pass"),
+    (None, "print({run!r} + '/02_collectives/collectives.csv')"),
+    (None, "raise ValueError('bad value')"),
+]
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, nbformat.NotebookNode]:
+    """A run folder with one notebook executed by a real kernel: stderr, a warning, a tqdm bar,
+    an absolute path in stdout and an error, as the chapters' executed copies have."""
+    from nbclient import NotebookClient
+
+    run = tmp_path_factory.mktemp("run") / "ci"
+    run.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 9. A chapter\n\nIts text, with $a^2 + b^2$.")]
+    for tag, src in NOISY:
+        cell = nbformat.v4.new_code_cell(src.format(run=str(run.resolve())))
+        cell.metadata["tags"] = [tag] if tag else []
+        nb.cells.append(cell)
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    nbformat.write(nb, run / "09_demo.ipynb")
+    return run, nb
+
+
+def test_clean_copy_drops_noise_and_paths(executed) -> None:
+    run, original = executed
+    outputs = [o for c in original.cells for o in c.get("outputs", [])]
+    assert any(o.get("name") == "stderr" for o in outputs)  # the noise is really there
+    assert str(run.resolve()) in json.dumps(original)
+    nb = book.clean_notebook(nbformat.from_dict(json.loads(json.dumps(original))), run,
+                             "The summary.")
+    text = json.dumps(nb)
+    kept = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not any(o.get("name") == "stderr" for o in kept)
+    assert not any(book.WIDGET_MIME in o.get("data", {}) for o in kept)
+    shown = json.dumps(kept)
+    assert "kept line" in shown and "noisy" not in shown and "it/s" not in shown
+    assert not re.search(r"/(tmp|home|root|work)/", text), "an absolute path survived"
+    errors = [o for o in kept if o["output_type"] == "error"]
+    assert [e["traceback"] for e in errors] == [["ValueError: bad value"]]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all("hide-input" in c.metadata["tags"] or "remove-cell" in c.metadata["tags"]
+               for c in code)
+    assert "remove-cell" in code[0].metadata["tags"]  # the default parameters: shadowed
+    assert nb.cells[0].source == "# 9. A chapter"  # the summary opens the chapter
+    assert "What this run found" in nb.cells[1].source and "The summary." in nb.cells[1].source
+
+
+def test_scrub_paths(tmp_path: Path) -> None:
+    run = tmp_path / "myrun"
+    text = f"{run}/02/x.csv and {book.REPO}/params/ci.yaml and /home/someone/data/cifar.tgz"
+    out = book.scrub_paths(text, run)
+    assert out == "<run folder myrun>/02/x.csv and params/ci.yaml and .../cifar.tgz"
+
+
+def _collectives(folder: Path, slow: float) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [("ring", 2, 8, 1e-3, 0), ("tree", 2, 8, 2e-3, 0),
+            ("ring", 2, 65536, 4e-3, 0), ("tree", 2, 65536, slow, 0)]
+    pd.DataFrame(rows, columns=["algorithm", "ranks", "size_bytes", "time_p50_s", "wrong"]
+                 ).to_csv(folder / "collectives.csv", index=False)
+
+
+def test_summary_follows_the_records(tmp_path: Path) -> None:
+    _collectives(tmp_path / "a", slow=9e-3)
+    _collectives(tmp_path / "b", slow=1e-3)
+    a = summaries.summarize("02_collectives", tmp_path / "a")
+    b = summaries.summarize("02_collectives", tmp_path / "b")
+    assert "64 KiB" in a and "fastest all-reduce was ring (4 ms" in a and "tree (9 ms)" in a
+    assert "fastest all-reduce was tree (1 ms" in b  # other records, other finding
+    missing = summaries.summarize("02_collectives", tmp_path / "none")
+    assert missing.startswith("No summary") and "collectives.csv" in missing
+
+
+def test_ps_vs_ring_summary_says_speedup(tmp_path: Path) -> None:
+    rows = [("ps_sync", 1, "mlp", 100.0), ("ps_sync", 2, "mlp", 120.0),
+            ("allreduce", 1, "mlp", 100.0), ("allreduce", 2, "mlp", 190.0)]
+    pd.DataFrame(rows, columns=["strategy", "workers", "model", "images_per_sec"]).to_csv(
+        tmp_path / "summary.csv", index=False)
+    text = summaries.summarize("03_ps_vs_ring", tmp_path)
+    assert "ps_sync 1.20x" in text and "allreduce 1.90x" in text and "share its cores" in text
+
+
+def test_every_chapter_has_a_summary_function() -> None:
+    from ddlstudy.params import CHAPTERS
+
+    assert set(CHAPTERS) <= set(summaries.SUMMARIES)
+
+
+def test_book_builds_offline(executed) -> None:
+    run, _ = executed
+    (run / "99_conclusions").mkdir(exist_ok=True)
+    pd.DataFrame([{"paper": "Shi 2019", "claim": "ring scales", "value": 1.5,
+                   "verdict": "agrees"}]).to_csv(run / "99_conclusions" / "claims.csv",
+                                                 index=False)
+    pages = [book.Page("09_demo", "09_demo", "ran"), book.Page("99_conclusions",
+                                                               "99_conclusions", "not run")]
+    meta = {"git_sha": "abc1234", "host": {"hostname": "here"}, "versions": {"torch": "2"}}
+    index, seconds = book.build_book(run, pages, meta, "ci", f"run_dir: {run.resolve()}\n")
+    landing = index.read_text()
+    chapter = (index.parent / "09_demo.html").read_text()
+    assert 'class="claims' in landing and "Shi 2019" in landing and "abc1234" in landing
+    assert 'href="09_demo.html"' in landing and "99_conclusions (not run)" in landing
+    assert "What this run found" in chapter and "a^2 + b^2" in chapter  # math as TeX
+    for page in (landing, chapter):
+        assert not re.findall(r'(?:src|href)="(?:https?:)?//', page), "a network resource"
+        assert str(run.resolve()) not in page and "Traceback" not in page
+    assert 0 < seconds < 300
