@@ -74,3 +74,28 @@ def test_kill_after_grace_kills_what_ignores_sigterm() -> None:
     assert survivors == [proc.pid]
     assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == "zombie"
     assert os.getpid() not in survivors
+
+
+def test_listens_on_loopback_only(cluster: Cluster) -> None:
+    """Controller, engines and gloo bind 127.0.0.1; the rendezvous is a file, not a socket."""
+    cluster.init_process_group(world_size=2)
+    assert cluster.run(cl._engine_info, world_size=2)[0]["ip"] == "127.0.0.1"
+    pids = set(cluster._pids) | {os.getpid()}
+    listening = [c for c in psutil.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening and {c.laddr.ip for c in listening} <= {"127.0.0.1", "::1"}, listening
+
+
+def test_a_dead_engine_is_named_at_once() -> None:
+    import signal
+    import time
+
+    with Cluster(workers=2, collective_timeout_s=60) as c:
+        victim = c.info()[1]["pid"]
+        pending = [c.client[eid].apply_async(time.sleep, 30) for eid in c.engine_ids]
+        os.kill(victim, signal.SIGKILL)
+        t0 = time.monotonic()
+        named = f"rank 1 \\(engine {c.engine_ids[1]}, pid {victim}"
+        with pytest.raises(cl.RankFailed, match=named):
+            c._wait_all(pending, 60)
+        assert time.monotonic() - t0 < 5  # not after rank 0's 30 s, not after the timeout
