@@ -53,7 +53,7 @@ def test_layout_puts_servers_after_workers() -> None:
 
 
 def test_servers_default_per_strategy() -> None:
-    assert [servers_for(s, None) for s in STRATEGIES] == [0, 1, 1, 2, 0, 0]
+    assert [servers_for(s, None) for s in STRATEGIES] == [0, 1, 1, 2, 0, 0, 0, 1, 1, 0]
     assert servers_for("ps_sharded", 3) == 3
     assert servers_for("allreduce", 3) == 0
 

@@ -31,6 +31,7 @@ MODEL_NAMES = ("alexnet", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152",
 ALGORITHM_NAMES = ("ring", "ring_pipelined", "recursive_doubling", "rabenseifner", "tree", "ps",
                    "ps_sharded", "reference")
 STRATEGY_NAMES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
+STRATEGY_NAMES += ("horovod", "tf_ps_sync", "tf_ps_async", "tf_allreduce")  # ddlstudy.frameworks
 DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10")
 NETWORKS = ("none", "1GbE", "10GbE", "25GbE", "IB-EDR")
 CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_ring",
@@ -206,6 +207,8 @@ class TrainingParams(_Section):
         """Engines a strategy needs beyond its workers (PS server processes)."""
         if strategy == "ps_sharded":
             return self.servers or 2
+        if strategy in ("tf_ps_sync", "tf_ps_async"):
+            return 2  # one TF ps task and the ClusterCoordinator's chief
         return 1 if strategy in ("ps_sync", "ps_async") else 0
 
     @field_validator("strategies")

@@ -624,7 +624,7 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         "server_bytes_recv_per_step": (float(servers["bytes_recv"].sum()) / timed_steps
                                        if len(servers) and timed_steps else math.nan),
         # ddp's bytes are 2(N-1)/N x the bucket bytes its hook saw, not counted on the wire
-        "bytes_source": "analytic" if config.strategy == "ddp" else "counted",
+        "bytes_source": "analytic" if config.strategy in ("ddp", "horovod") else "counted",
         "server_update_s": med(servers, "update_s"),
         "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
         "staleness_max": float(stale.max()) if len(stale) else math.nan,
