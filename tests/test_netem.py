@@ -256,3 +256,78 @@ def test_monitor_inside_namespaces_counts_each_worker_alone(
         assert traffic[rank]["sent"] <= last["bytes_sent"] <= wire
         assert last["packets_sent"] > traffic[rank]["sent"] / netem.MTU * 0.9 or (
             "merged" in last["packet_counting"])
+
+
+# ----------------------------------------------------------------------------- calibration
+@pytest.fixture
+def calibrated(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A calibration file as `netem --calibrate` writes it, with chosen ceilings."""
+    def write(aggregate_on: float, link_on: float, aggregate_off: float = 1e9,
+              link_off: float = 1e8) -> Any:
+        path = tmp_path / "cal.json"
+        path.write_text(json.dumps({
+            "offload_on": {"aggregate_bps": aggregate_on, "link_bps": link_on},
+            "offload_off": {"aggregate_bps": aggregate_off, "link_bps": link_off}}))
+        monkeypatch.setattr(netem, "CALIBRATION_FILE", path)
+        return path
+    return write
+
+
+def test_scale_fits_the_calibrated_ceiling(calibrated: Any) -> None:
+    """10 nodes x 10GbE x scale <= 0.8 x 4 Gbit/s -> 0.02 (0.05 would ask 5 Gbit/s); IB-EDR,
+    10x faster, gets a 10x smaller scale; a 1 Gbit/s per-link cap bounds 1GbE at 0.2 (not 1)."""
+    path = calibrated(4e9, 1e9)
+    assert netem.calibration(offload_off=False)["source"] == str(path)
+    assert netem.scale_for("10GbE", 10) == 0.02
+    assert netem.scale_for("IB-EDR", 10) == 0.002
+    assert netem.scale_for("1GbE", 2) == 0.2
+    for profile in ("1GbE", "10GbE", "25GbE", "IB-EDR"):
+        s = netem.scale_for(profile, 7)
+        assert 7 * netem.PROFILES[profile].rate_bps * s <= 0.8 * 4e9
+    # offload off has its own, lower ceiling
+    assert netem.scale_for("10GbE", 10, offload_off=True) == 0.005
+
+
+def test_missing_calibration_falls_back_to_the_measured_defaults(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netem, "CALIBRATION_FILE", tmp_path / "absent.json")
+    cal = netem.calibration(offload_off=True)
+    assert cal["aggregate_bps"] == netem.CALIBRATION_DEFAULTS["offload_off"]["aggregate_bps"]
+    assert cal["source"] == "netem.CALIBRATION_DEFAULTS"
+
+
+def test_cpu_bound_flags_cells_above_the_ceiling() -> None:
+    info = {"emulated_rate_bps": 1e9, "aggregate_ceiling_bps": 3.5e9}
+    assert netem.cpu_bound(info, 3) is False
+    assert netem.cpu_bound(info, 4) is True
+    assert netem.cpu_bound({"profile": "none"}, 8) is False  # unshaped: nothing to flag
+    assert netem.cpu_bound(None, 8) is False
+
+
+@needs_netns
+def test_a_cpu_bound_cell_is_flagged_in_its_record(calibrated: Any, tmp_path: Any) -> None:
+    """A real replayed run whose links together exceed a (deliberately tiny) ceiling carries
+    cpu_bound in summary.csv; the same run under a large ceiling does not."""
+    from ddlstudy.grid import dilation, emulated_cluster
+    from ddlstudy.trainer import TrainConfig, train
+
+    flags = {}
+    for ceiling in (1e6, 1e12):
+        calibrated(ceiling, 1e9)
+        with emulated_cluster("10GbE", 2, scale=0.01, offload_off=False,
+                              collective_timeout_s=60) as cluster:
+            assert cluster.network_info["aggregate_ceiling_bps"] == ceiling
+            config = TrainConfig(model="mlp", shape="mnist", batch_size=8, steps=1,
+                                 warmup_steps=0, workers=2, compute="replay",
+                                 replay_source=str(_table(tmp_path)),
+                                 time_dilation=dilation(cluster, "replay"))
+            result = train(cluster, config, tmp_path / f"c{ceiling:g}", progress=False)
+        summary = json.loads(result.summary.to_json(orient="records"))[0]
+        flags[ceiling] = summary["cpu_bound"]
+    assert flags == {1e6: True, 1e12: False}
+
+
+def _table(tmp_path: Any) -> Any:
+    path = tmp_path / "ref.csv"
+    path.write_text("model,shape,batch_size,compute_s_p50\nmlp,mnist,8,0.01\n")
+    return path

@@ -97,6 +97,7 @@ CALIBRATION_DEFAULTS: dict[str, dict[str, float]] = {
 # Scales tried, largest first: the largest that fits the calibration is used (records keep it).
 SCALES = (0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001)
 HEADROOM = 0.8  # use at most this share of the measured ceiling
+HELD = 0.85  # a link "holds" its rate when its payload reaches this share (headers take ~4.4 %)
 CALIBRATION_FILE = Path(os.environ.get("DDLSTUDY_NETEM_CALIBRATION",
                                        "outputs/netem_calibration.json"))
 
@@ -724,11 +725,13 @@ def measure_ring_throughput(net: EmulatedNetwork, seconds: float = 2.0) -> dict[
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    per_link = [r["bytes"] * 8 / max(r["seconds"], 1e-9) for r in results]
+    per_link = sorted(r["bytes"] * 8 / max(r["seconds"], 1e-9) for r in results)
     target = net.profile["emulated_rate_bps"]
+    median = per_link[len(per_link) // 2]
     return {"nodes": n, "seconds": seconds, "aggregate_payload_bps": sum(per_link),
-            "min_link_payload_bps": min(per_link), "target_bps": target,
-            "min_link_ratio": min(per_link) / target if target else None}
+            "min_link_payload_bps": per_link[0], "target_bps": target,
+            "min_link_ratio": per_link[0] / target if target else None,
+            "median_link_ratio": median / target if target else None}
 
 
 # ----------------------------------------------------------------------------- ipyparallel
@@ -834,11 +837,12 @@ def calibrate(seconds: float = 2.0, offload_off: bool = True) -> dict[str, Any]:
 
 
 def calibrate_host(seconds: float = 2.0, nodes: int = 5,
-                   link_rates: Sequence[float] = (5e7, 1e8, 2.5e8, 5e8, 1e9, 2e9)
+                   link_rates: Sequence[float] = (2.5e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2e9)
                    ) -> dict[str, Any]:
     """Per offload state: the aggregate ceiling (every node of an unshaped ring sending at once)
-    and the fastest tbf link rate that a loaded ring still held within 10 % (payload >= 0.9 x
-    rate less the header share). What `scale_for` picks scales from."""
+    and the fastest tbf link rate a loaded ring still held: median link payload >= HELD x the
+    rate (the median, not the slowest link: on a host shared with other jobs one starved
+    sender says more about the scheduler than about tbf). What `scale_for` picks scales from."""
     out: dict[str, Any] = {"nodes": nodes, "seconds": seconds, "host": socket.gethostname(),
                            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for off in (True, False):
@@ -849,8 +853,9 @@ def calibrate_host(seconds: float = 2.0, nodes: int = 5,
             with EmulatedNetwork(nodes, "IB-EDR", rate / PROFILES["IB-EDR"].rate_bps,
                                  offload_off=off) as net:
                 r = measure_ring_throughput(net, seconds)
-            ok = r["min_link_ratio"] >= 0.9 * (1 - HEADER_BYTES / (MTU + 14))
-            trials.append({"rate_bps": rate, "min_link_ratio": r["min_link_ratio"], "held": ok})
+            ok = r["median_link_ratio"] >= HELD
+            trials.append({"rate_bps": rate, "min_link_ratio": r["min_link_ratio"],
+                           "median_link_ratio": r["median_link_ratio"], "held": ok})
             if not ok:
                 break
             held = rate
@@ -902,7 +907,7 @@ def main(argv: list[str] | None = None) -> int:
                 c = cal[key]
                 print(f"{key.replace('_', ' ')}: {cal['nodes']}-node ring aggregate "
                       f"{_bps(c['aggregate_bps'])}; tbf held {_bps(c['link_bps'])} per link ("
-                      + ", ".join(f"{_bps(t['rate_bps'])}: {t['min_link_ratio']:.0%}"
+                      + ", ".join(f"{_bps(t['rate_bps'])}: {t['median_link_ratio']:.0%}"
                                   for t in c["tbf_trials"]) + ")")
             from ddlstudy.records import project_root
 

@@ -1,0 +1,62 @@
+"""Reference results (results/reference/): read back cell by cell and always labelled with the
+host, date and code version they came from; the train CLI's network flags fail in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ddlstudy import netem, records, reference, train
+
+
+def _cell(root: Path, name: str, workers: int, status: str = "ok") -> None:
+    folder = root / "03_ps_vs_ring-emulated-vgg16" / "runs" / name
+    records.write_table(pd.DataFrame([{"strategy": "allreduce", "workers": workers,
+                                       "images_per_sec": 10.0 * workers,
+                                       "network": "10GbE", "network_scale": 0.02}]),
+                        folder, "summary")
+    records.write_meta(folder, {"workers": workers}, status=status)
+
+
+def test_reference_cells_load_with_their_label(tmp_path: Path) -> None:
+    _cell(tmp_path, "allreduce-ring vgg16 x1", 1)
+    _cell(tmp_path, "allreduce-ring vgg16 x2", 2)
+    _cell(tmp_path, "allreduce-ring vgg16 x4", 4, status="failed")  # not a result
+    cells = reference.load("03_ps_vs_ring-emulated-vgg16", root=tmp_path)
+    assert sorted(cells["workers"]) == [1, 2]
+    text = reference.label(cells)
+    meta = records.read_meta(tmp_path / "03_ps_vs_ring-emulated-vgg16" / "runs" /
+                             "allreduce-ring vgg16 x1")
+    assert text.startswith("reference run: ")
+    assert meta["host"]["hostname"] in text and meta["created"][:10] in text
+    assert meta["git_sha"][:7] in text and "(2 cells)" in text
+
+
+def test_no_reference_cells_say_so(tmp_path: Path) -> None:
+    cells = reference.load("05_network_profiles", root=tmp_path)
+    assert cells.empty and "none committed" in reference.label(cells)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--network", "100GbE"], "unknown --network '100GbE'"),
+    (["--scale", "0.1"], "--scale applies only with --network"),
+    (["--network", "10GbE", "--scale", "2"], "--scale must be in (0, 1]"),
+])
+def test_train_cli_bad_network_is_one_line(argv: list[str], needle: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        train.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_train_cli_network_without_root_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(netem, "available", lambda refresh=False: (False, "not root: test"))
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["--network", "10GbE", "--compute", "replay", "--replay-source", "gpu"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "cannot be emulated here: not root: test" in err
+    assert err.count("\n") == 1
