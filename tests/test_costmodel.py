@@ -355,3 +355,18 @@ def test_validation_for_states_error_and_converts_constants(tmp_path, monkeypatc
     cc = v.cluster_constants()
     assert cc.overhead_s == pytest.approx(v.constants.overhead_s * 0.01)
     assert cc.link_factor == v.constants.link_factor
+
+
+def test_repeats_of_a_cell_become_one_row_with_the_median(tmp_path):
+    row = {"strategy": "allreduce", "algorithm": "ring", "overlap": True, "bucket_mb": 25.0,
+           "model": "a", "shape": "cifar", "workers": 2, "servers": 0, "batch_size": 32,
+           "steps": 2, "compute_mode": "replay", "replay_s": 0.01, "time_dilation": 100.0,
+           "network": "10GbE", "network_scale": 0.01, "replay_source": "gpu"}
+    for i, wall in enumerate((2.0, 3.0, 10.0)):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        pd.DataFrame([dict(row, wall_s=wall, repeat=i)]).to_csv(d / "summary.csv", index=False)
+    cells = M.read_cells([tmp_path])
+    assert len(cells) == 1
+    assert cells["wall_s"].iloc[0] / cells["steps"].iloc[0] == pytest.approx(1.5)  # 3.0 / 2
+    assert cells["repeats"].iloc[0] == 3

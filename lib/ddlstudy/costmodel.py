@@ -416,7 +416,22 @@ def read_cells(dirs: Sequence[str | Path]) -> pd.DataFrame:
         if col not in cells.columns:
             cells[col] = math.nan
     cells = cells.drop_duplicates(subset=[*CELL_KEY, "wall_s"]).reset_index(drop=True)
-    return cells
+    return _merge_repeats(cells)
+
+
+def _merge_repeats(cells: pd.DataFrame) -> pd.DataFrame:
+    """Repeats of one cell (same key, different wall times) as one row: the median seconds per
+    step (wall_s / steps with steps 1), and how many repeats it came from."""
+    per_step = (cells["wall_s"] / cells["steps"]).to_numpy(dtype=float)
+    key = ["|".join(map(str, row)) for row in cells[CELL_KEY].itertuples(index=False)]
+    groups: dict[str, list[int]] = {}
+    for i, k in enumerate(key):
+        groups.setdefault(k, []).append(i)
+    first = cells.iloc[[rows[0] for rows in groups.values()]].copy()
+    first["wall_s"] = [float(np.median(per_step[rows])) for rows in groups.values()]
+    first["steps"] = 1
+    first["repeats"] = [len(rows) for rows in groups.values()]
+    return first.reset_index(drop=True)
 
 
 def _usable(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
