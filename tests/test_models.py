@@ -1,4 +1,4 @@
-"""Model zoo: shapes, parameter counts against torchvision and seed 000's Table 3.1, MAC counts."""
+"""Model zoo: shapes, parameter counts against torchvision and Shi 2019's Table 3.1, MAC counts."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ wait with a timeout. Two transports exist:
 
 - `DistTransport`: torch.distributed isend/irecv (gloo on CPU) - the measured runs;
 - `LocalTransport`: threads in one process exchanging tensors through queues - the same algorithm
-  code without a network, so the float32 "bracketing" of each algorithm (seed 001's suspected
+  code without a network, so the float32 "bracketing" of each algorithm (Fourie 2019's suspected
   cause of ring accuracy loss) can be shown exactly, and the algorithms unit-tested in seconds.
 
 All algorithms reduce by addition in place into a flat view of the caller's tensor; `mean` divides
@@ -205,7 +205,7 @@ def _pieces(flat: torch.Tensor, parts: int) -> list[torch.Tensor]:
 def ring(c: Comm, x: torch.Tensor) -> None:
     """Reduce-scatter then all-gather around the ring, N-1 steps each (bandwidth-optimal).
 
-    Synchronous (seed 001's "allreduce ring"): each step's exchange completes before the next
+    Synchronous (Fourie 2019's "allreduce ring"): each step's exchange completes before the next
     starts. The step's send to the right and receive from the left are in flight together (as
     MPI_Sendrecv), so every link carries both directions at once; with blocking even/odd
     ordering instead, each link idles half the time (measured: 2.1x the link-rate time on
@@ -226,7 +226,7 @@ def ring(c: Comm, x: torch.Tensor) -> None:
 
 
 def ring_pipelined(c: Comm, x: torch.Tensor) -> None:
-    """Ring with each chunk cut into segments kept in flight (seed 001's asynchronous ring).
+    """Ring with each chunk cut into segments kept in flight (Fourie 2019's asynchronous ring).
 
     Segment j of step k is sent as soon as segment j of step k-1 has arrived and been reduced,
     so the reduction of one segment overlaps the transfer of the next, and the reduce-scatter
@@ -601,7 +601,7 @@ def bracketing_drift(values: np.ndarray | torch.Tensor,
     """float32 all-reduce of values[rank] by each algorithm vs the exact (float64) sum.
 
     Every algorithm adds the same numbers in a different order ("bracketing"); the error each
-    order leaves is what seed 001 suspected behind the ring's lower accuracy. No communication:
+    order leaves is what Fourie 2019 suspected behind the ring's lower accuracy. No communication:
     the algorithms run on in-process ranks. Returns one row per algorithm: max/mean absolute
     error, max error relative to sum|x| (the sum's condition scale), the fraction of elements
     that differ from the correctly rounded sum, and whether all ranks got identical bits.

@@ -36,7 +36,7 @@ INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
 }
 NUM_CLASSES: dict[str, int] = {"cifar": 10, "mnist": 10, "imagenet": 1000}
 
-# Seed 000 (Shi 2019), Table 3.1. "Model size (MB)" reads as MiB of float32 parameters (AlexNet:
+# Shi 2019, Table 3.1. "Model size (MB)" reads as MiB of float32 parameters (AlexNet:
 # 61.1M params * 4 B = 233.1 MiB). The GFLOPs column counts multiply-adds, as torchvision does.
 PAPER_TABLE_3_1: dict[str, dict[str, float]] = {
     "alexnet": {"size_mb": 233, "top1": 57.0, "top5": 80.3, "gflops": 0.7},
@@ -261,7 +261,7 @@ def _downsample(inplanes: int, outplanes: int, stride: int) -> nn.Module | None:
 class ResNet(nn.Module):
     """ResNet as in torchvision (v1.5).
 
-    Small inputs: a 3x3 stride-1 stem conv and no max-pool, as seed 003 did for MNIST ResNet-18
+    Small inputs: a 3x3 stride-1 stem conv and no max-pool, as Pani did for MNIST ResNet-18
     (1 input channel, 3x3 kernel) and as is usual for CIFAR; the four stages then run at 32, 16,
     8, 4 pixels. Parameter counts change only in the stem and the classifier.
     """
@@ -395,9 +395,9 @@ class GoogLeNet(nn.Module):
         return self.fc(self.dropout(torch.flatten(self.avgpool(x), 1)))
 
 
-# ----------------------------------------------------------------------------- seed 003 / seed 001
+# ----------------------------------------------------------------------------- Pani / Fourie 2019
 class ShallowCNN(nn.Module):
-    """Seed 003's shallow MNIST CNN: conv(20, 5x5) -> pool -> conv(50, 5x5) -> pool -> FC 800
+    """Pani's shallow MNIST CNN: conv(20, 5x5) -> pool -> conv(50, 5x5) -> pool -> FC 800
     -> 500 -> classes (the classic PyTorch/Horovod MNIST net; 50*4*4 = 800 on 28x28).
 
     Returns log-probabilities (log-softmax), as the paper trained with NLL loss. On CIFAR the
@@ -434,7 +434,7 @@ _ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
 
 
 class MLP(nn.Module):
-    """Seed 001's 4-layer feed-forward net (input, 2 hidden, output; Genann in C).
+    """Fourie 2019's 4-layer feed-forward net (input, 2 hidden, output; Genann in C).
 
     The paper varied the *second* hidden layer's width to vary message size: that is `hidden`.
     It does not give the first width; `hidden1` defaults to 128. Genann's default activation is
@@ -585,7 +585,7 @@ def model_table(
 
 
 def paper_comparison(table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Our ImageNet-shape numbers beside seed 000's Table 3.1, with relative differences.
+    """Our ImageNet-shape numbers beside Shi 2019's Table 3.1, with relative differences.
 
     `table` is an already computed `model_table("imagenet")` to reuse.
     """

@@ -1,4 +1,4 @@
-"""Utilization and traffic time series per worker, as in seed 000 section 4.3 (figures 4.5-4.22):
+"""Utilization and traffic time series per worker, as in Shi 2019 section 4.3 (figures 4.5-4.22):
 CPU, memory, GPU, and bytes/packets sent and received by each node over time.
 
 A sampler thread runs inside every engine (started and stopped by engine calls), so it measures

@@ -38,7 +38,7 @@ def human_bytes(n: float) -> str:
 
 
 def collective_time_vs_size(df: pd.DataFrame, title: str = "") -> Figure:
-    """Seed 001's figure: all-reduce time vs message size, log-log, one line per algorithm."""
+    """Fourie 2019's figure: all-reduce time vs message size, log-log, one line per algorithm."""
     grid = sns.relplot(data=df, x="size_bytes", y="time_p50_s", hue="algorithm", col="ranks",
                        kind="line", marker="o", height=3.6, aspect=1.2,
                        facet_kws={"sharey": True})
@@ -81,7 +81,7 @@ def costmodel_residuals(err: pd.DataFrame, title: str = "") -> Figure:
 
 
 def p2p_bandwidth(df: pd.DataFrame, title: str = "") -> Figure:
-    """Seed 004's Fig. 2: node-to-node bandwidth and latency vs message size."""
+    """Wang (NCHC)'s Fig. 2: node-to-node bandwidth and latency vs message size."""
     fig, (bw, lat) = plt.subplots(1, 2, figsize=(10, 3.6))
     df = df.assign(peer=df["peer"].astype(str))
     sns.lineplot(data=df, x="size_bytes", y="bandwidth_gbps", hue="peer", marker="o", ax=bw)
@@ -97,7 +97,7 @@ def p2p_bandwidth(df: pd.DataFrame, title: str = "") -> Figure:
 
 
 def throughput_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
-    """Seed 000 Figs 4.1/4.2: images/sec vs worker count, one panel per strategy."""
+    """Shi 2019 Figs 4.1/4.2: images/sec vs worker count, one panel per strategy."""
     grid = sns.catplot(data=summary, x="workers", y="images_per_sec", hue="model",
                        col="strategy", kind="point", height=3.6, aspect=1.1)
     grid.set_axis_labels("workers", "images / sec (all workers)")
@@ -106,7 +106,7 @@ def throughput_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
 
 
 def add_speedup(summary: pd.DataFrame) -> pd.DataFrame:
-    """Speed-up over the same model and strategy at 1 worker (seed 000 Figs 4.3/4.4)."""
+    """Speed-up over the same model and strategy at 1 worker (Shi 2019 Figs 4.3/4.4)."""
     keys = ["model", "strategy"]
     summary = summary.drop(columns=["base_images_per_sec", "speedup", "efficiency"],
                            errors="ignore")
@@ -157,7 +157,7 @@ def _nodes(mon: pd.DataFrame) -> pd.DataFrame:
 
 
 def utilization_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
-    """Seed 000 Figs 4.5, 4.8, ...: CPU utilisation per node over time."""
+    """Shi 2019 Figs 4.5, 4.8, ...: CPU utilisation per node over time."""
     fig, ax = plt.subplots(figsize=(8, 3.4))
     sns.lineplot(data=_nodes(mon), x="t", y="cpu_pct", hue="node", ax=ax)
     ax.set_xlabel("time (s)")
@@ -167,7 +167,7 @@ def utilization_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
 
 
 def packets_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
-    """Seed 000 Figs 4.6-4.7, ...: packets received and sent per node over time."""
+    """Shi 2019 Figs 4.6-4.7, ...: packets received and sent per node over time."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
     for ax, col in zip(axes, ("packets_recv_per_s", "packets_sent_per_s"), strict=True):
         sns.lineplot(data=_nodes(mon), x="t", y=col, hue="node", ax=ax)
@@ -178,7 +178,7 @@ def packets_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
 
 
 def ps_setups_timeline(mon: pd.DataFrame, title: str = "") -> Figure:
-    """Seed 000 Fig 5.1: the PS server's traffic for each worker count, one after another."""
+    """Shi 2019 Fig 5.1: the PS server's traffic for each worker count, one after another."""
     server = mon[mon["role"] == "server"].copy()
     fig, ax = plt.subplots(figsize=(10, 3.4))
     offset = 0.0
