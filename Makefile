@@ -55,6 +55,10 @@ test-slow: setup
 bench: setup
 	$(PY) -m ddlstudy.bench collectives --ranks 4 -b 8 -e 64M -f 2 -n 10 -w 3 --out $(BENCH_OUT)/collectives
 	$(PY) -m ddlstudy.bench train --out $(BENCH_OUT)/train
+	@# allreduce (bucketed, overlapped, ring) vs ddp on 10GbE-like links, compute replayed (root)
+	-$(PY) -m ddlstudy.bench train --model resnet50 --workers 4 --batch-size 32 --steps 4 \
+	  --warmup-steps 1 --variants allreduce,ddp --repeats 3 --network 10GbE --compute replay \
+	  --replay-source gpu --goal 0.95 --no-progress --out $(BENCH_OUT)/train-emulated
 
 report: setup
 	$(PY) -m ddlstudy.report --params $(PARAMS)

@@ -10,6 +10,13 @@ under OUT/<variant>-<repeat>/, and meta.json.
     python -m ddlstudy.bench train --out outputs/bench/train
     python -m ddlstudy.bench train --model resnet50 --workers 4 --steps 30 \\
         --variants allreduce,allreduce_no_overlap,ddp,ps_sync
+    python -m ddlstudy.bench train --model resnet50 --workers 4 --variants allreduce,ddp \\
+        --network 10GbE --compute replay --replay-source gpu --goal 0.95   # as root
+
+With --network every engine runs in its own namespace on a shaped link (ddlstudy.netem) and
+replayed compute is stretched by 1/scale; the allreduce/ddp ratio then comes with a bootstrap
+interval over the interleaved repeats (ddlstudy.stats), and the goal is met or not only when the
+interval says so.
 """
 
 from __future__ import annotations
@@ -22,7 +29,12 @@ from typing import Any
 
 import pandas as pd
 
-from ddlstudy.train import add_config_arguments, config_from_args
+from ddlstudy.train import (
+    add_config_arguments,
+    add_network_arguments,
+    check_network_args,
+    config_from_args,
+)
 from ddlstudy.trainer import TrainConfig
 
 # variant name -> TrainConfig overrides
@@ -56,7 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"all repeats (default {DEFAULT_REPEATS})")
     parser.add_argument("--out", default="outputs/bench/train", help="results folder")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.add_argument("--goal", type=float, default=GOAL,
+                        help=f"allreduce/ddp images/sec ratio to reach (default {GOAL})")
     add_config_arguments(parser, DEFAULTS)
+    add_network_arguments(parser)
     parser.set_defaults(eval=False)
 
 
@@ -105,9 +120,34 @@ def pooled_table(results: pd.DataFrame, chunks: pd.DataFrame, workers: dict[str,
     return pd.DataFrame(rows)
 
 
+def _interval(results: pd.DataFrame) -> dict[str, Any]:
+    """allreduce/ddp images/sec with a paired bootstrap interval over the interleaved repeats."""
+    from ddlstudy import stats
+
+    if not {"allreduce", "ddp"} <= set(results["variant"]):
+        return {}
+    ips = results.pivot(index="repeat", columns="variant", values="images_per_sec")
+    est = stats.ratio_ci(ips["allreduce"], ips["ddp"], paired=True)
+    return {"value": est.value, "low": est.low, "high": est.high, "n": est.n,
+            "method": est.method}
+
+
+def goal_verdict(interval: dict[str, Any], goal: float) -> str:
+    """'(goal >= g: met / NOT met / inconclusive, interval [lo, hi] over n repeats)'."""
+    if not interval or not all(math.isfinite(interval[k]) for k in ("low", "high")):
+        return f"(goal >= {goal}: not measured - fewer than 2 repeats)"
+    lo, hi = interval["low"], interval["high"]
+    word = "met" if lo >= goal else "NOT met" if hi < goal else "inconclusive"
+    return (f"(goal >= {goal}: {word}; 95 % interval [{lo:.3f}, {hi:.3f}] over "
+            f"{interval['n']} interleaved repeats)")
+
+
 def main(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from ddlstudy import records
-    from ddlstudy.cluster import Cluster, ClusterError
+    from ddlstudy.cluster import ClusterError
+    from ddlstudy.grid import dilation, emulated_cluster
     from ddlstudy.trainer import train
 
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -122,16 +162,23 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    problem = check_network_args(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     engines = max(c.world_size for c in configs.values())
     base = configs[names[0]]
     print(f"Model: {base.model} ({base.input_shape}), data: {base.dataset}, batch {base.batch_size}"
           f" per worker, {base.workers} workers, {base.warmup_steps} warm-up + {base.steps} timed "
           f"steps, variants: {', '.join(names)}", flush=True)
-    rows, chunk_rows = [], []
+    rows, chunk_rows, network = [], [], None
     try:
-        with Cluster(workers=engines, profile=args.profile,
-                     collective_timeout_s=args.timeout) as cluster:
+        with emulated_cluster(args.network, engines, args.scale, offload_off=False,
+                              profile=args.profile, collective_timeout_s=args.timeout) as cluster:
+            configs = {v: replace(c, time_dilation=dilation(cluster, c.compute)).validate()
+                       for v, c in configs.items()}
+            network = cluster.network_info
             for rep in range(args.repeats):
                 for v in names:
                     sub = out / (v if args.repeats == 1 else f"{v}-{rep}")
@@ -157,14 +204,15 @@ def main(args: argparse.Namespace) -> int:
     records.write_table(chunks, out, "chunks")
     records.write_meta(out, {"variants": names, "repeats": args.repeats,
                              **configs[names[0]].to_dict()}, ratios=r,
-                       ratios_per_repeat=per_repeat, goal=GOAL)
+                       ratios_per_repeat=per_repeat, goal=args.goal,
+                       ratio_interval=_interval(results), network=network)
     print()
     print(format_table(table, ["variant", "repeats", *TABLE_COLUMNS[1:]]))
     print()
     for k, val in r.items():
         verdict = ""
         if k == "allreduce/ddp":
-            verdict = f"  (goal >= {GOAL}: {'met' if val >= GOAL else 'NOT met'})"
+            verdict = "  " + goal_verdict(_interval(results), args.goal)
         reps = ", ".join(f"{x:.3f}" for x in per_repeat[k])
         print(f"images/sec {k}: {val:.3f}{verdict}  [per repeat: {reps}]")
     print(f"wrote {out}/results.csv, table.csv, chunks.csv and meta.json")
