@@ -150,6 +150,10 @@ class TrainConfig:
 
         choice("model", self.model, MODELS)
         choice("strategy", self.strategy, STRATEGIES)
+        from ddlstudy.frameworks import missing
+
+        if (why := missing(self.strategy)) is not None:  # horovod / tensorflow not installed
+            raise ValueError(why)
         choice("dataset", self.dataset, DATASETS)
         choice("dtype", self.dtype, DTYPES)
         if self.strategy == "allreduce":
@@ -440,8 +444,6 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     config.validate()
     from ddlstudy import frameworks
 
-    if (why := frameworks.missing(config.strategy)) is not None:
-        raise ValueError(why)
     if config.strategy in frameworks.TF_STRATEGIES:  # TF has its own driver, same records
         from ddlstudy.frameworks.tf_strategies import train as tf_train
 
