@@ -69,7 +69,8 @@ REFERENCE_DIR ?= results/reference
 REFERENCE_CAL := $(CURDIR)/$(REFERENCE_DIR)/netem_calibration.json
 reference: setup
 	test -f $(REFERENCE_CAL) || DDLSTUDY_NETEM_CALIBRATION=$(REFERENCE_CAL) $(PY) -m ddlstudy.netem --calibrate
-	DDLSTUDY_NETEM_CALIBRATION=$(REFERENCE_CAL) $(PY) -m ddlstudy.report --params params/default.yaml \
+	DDLSTUDY_NETEM_CALIBRATION=$(REFERENCE_CAL) DDLSTUDY_RESUME_ANY_CODE=1 \
+	  $(PY) -m ddlstudy.report --params params/default.yaml \
 	  --params params/reference.yaml --out $(REFERENCE_DIR)
 
 lab: setup kernel

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -38,8 +39,11 @@ def _finished(folder: Path, config: TrainConfig) -> pd.DataFrame | None:
     if not (folder / "summary.csv").exists() or not (folder / "meta.json").exists():
         return None
     meta = resume.read_marker(folder / "meta.json")
+    # make reference accumulates cells over sittings and commits: same params suffice there
+    # (each cell's meta.json keeps its own git sha and code digest, and the label lists them)
+    any_code = os.environ.get("DDLSTUDY_RESUME_ANY_CODE") == "1"
     if (meta is None or meta.get("status") != "ok"
-            or meta.get("code_digest") != resume.code_digest()
+            or (not any_code and meta.get("code_digest") != resume.code_digest())
             or meta.get("params") != json.loads(json.dumps(config.to_dict(), default=str))):
         return None
     return records.read_table(folder, "summary")
