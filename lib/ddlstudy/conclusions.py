@@ -441,7 +441,7 @@ def _projected_profiles(run_dir: Path, folders: Folders, claim: str, where: str)
     value = float(ib["efficiency"]) / float(ge["efficiency"])
     cells = int(min(ib["n_cells"], ge["n_cells"]))
     est = (Interval(value, value * (1 - err) / (1 + err), value * (1 + err) / (1 - err), cells,
-                    "model validation error propagated", math.nan)
+                    f"interval from the model's validation error over {cells} cells", math.nan)
            if 0 <= err < 1 and all(map(math.isfinite, (value, err))) else None)
     label = f"projected (model validated to {err:.0%} on {cells} cells)"
     return _row(WANG, claim, where, ch, quantity + f": IB {float(ib['efficiency']):.0%}, 10GbE "

@@ -64,8 +64,9 @@ class Interval:
         if not self.measured:
             return f"{self.value:{fmt}} (no interval: {self.n} repeat{'s' * (self.n != 1)})" \
                 if _finite(self.value) else f"not measured ({self.n} usable repeats)"
-        return (f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}], {self.n} repeats, "
-                f"{self.coverage:.0%} {self.method}")
+        cover = f"{self.coverage:.0%} " if _finite(self.coverage) else ""
+        return (f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}], n = {self.n}, "
+                f"{cover}{self.method}")
 
 
 def _finite(v: object) -> bool:
