@@ -355,6 +355,18 @@ def test_validation_for_states_error_and_converts_constants(tmp_path, monkeypatc
     cc = v.cluster_constants()
     assert cc.overhead_s == pytest.approx(v.constants.overhead_s * 0.01)
     assert cc.link_factor == v.constants.link_factor
+    assert cc.host_s_per_message == 0  # the profile's latency replaces it on a real cluster
+
+
+def test_host_cost_per_message_counts_ring_segments():
+    # 8 MiB, 2 workers, pipelined ring with 1 MiB segments: chunk 4 MiB -> 4 segments per step,
+    # 2(N-1) = 2 steps -> 8 messages; PS: push + pull = 2
+    c = M.Constants(host_s_per_byte=0.0, host_s_per_message=0.01)
+    link = _link_with_beta(1e-9)
+    st = M.allreduce_step([8 * MIB], 2, link, 0.1, c, "ring_pipelined", overlap=False)
+    assert st.messages == 8
+    assert st.total(c) == pytest.approx(0.1 + 8 * MIB * 1e-9 + 0.08)
+    assert M.ps_step([MIB], 2, 1, link, 0.1, c).messages == 2
 
 
 def test_repeats_of_a_cell_become_one_row_with_the_median(tmp_path):

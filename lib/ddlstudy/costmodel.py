@@ -222,32 +222,39 @@ class Constants:
 
     link_factor: measured / nominal wire time (1 = the shaped rate x GOODPUT exactly);
     host_s_per_byte: host memory work per byte touched (packing, reductions, the optimizer
-    step, copying weights in); overhead_s: fixed seconds per step (engine call, barriers).
+    step, copying weights in); overhead_s: fixed seconds per step (engine call, barriers);
+    host_s_per_message: the host's own cost of each message on the critical path (a pipelined
+    ring's 1 MiB segments each pay a Python send/receive/reduce, during which the link idles).
     """
 
     link_factor: float = 1.0
     host_s_per_byte: float = 1e-9
     overhead_s: float = 0.0
+    host_s_per_message: float = 0.0
 
     def to_cluster(self, scale: float) -> Constants:
         """The same host, its time expressed in cluster-equivalent seconds (x scale)."""
         return replace(self, host_s_per_byte=self.host_s_per_byte * scale,
-                       overhead_s=self.overhead_s * scale)
+                       overhead_s=self.overhead_s * scale,
+                       host_s_per_message=self.host_s_per_message * scale)
 
 
 @dataclass(frozen=True)
 class StepTime:
     """One step's critical path split into what the model fits: total = compute_s + latency_s
-    + link_factor x wire_s + host_s_per_byte x host_bytes + overhead_s."""
+    + link_factor x wire_s + host_s_per_byte x host_bytes + host_s_per_message x messages
+    + overhead_s."""
 
     compute_s: float
     latency_s: float
     wire_s: float
     host_bytes: float
+    messages: float = 0.0
 
     def total(self, c: Constants) -> float:
         return (self.compute_s + self.latency_s + c.link_factor * self.wire_s
-                + c.host_s_per_byte * self.host_bytes + c.overhead_s)
+                + c.host_s_per_byte * self.host_bytes + c.host_s_per_message * self.messages
+                + c.overhead_s)
 
 
 @dataclass(frozen=True)
@@ -301,10 +308,12 @@ def bucket_layout(sizes: Sequence[int], bucket_mb: float) -> list[tuple[int, int
     return [(b, last) for b, last in buckets]
 
 
-def _collective(algorithm: str, nbytes: float, n: int, link: Link) -> tuple[float, float, float]:
-    """(latency s, wire s, host bytes reduced) of one all-reduce on the critical path."""
+def _collective(algorithm: str, nbytes: float, n: int,
+                link: Link) -> tuple[float, float, float, float]:
+    """(latency s, wire s, host bytes reduced, messages) of one all-reduce on the critical
+    path."""
     a, b, g = terms(algorithm, nbytes, n)
-    return a * link.latency_s, b * link.beta, g
+    return a * link.latency_s, b * link.beta, g, a
 
 
 def allreduce_step(sizes: Sequence[int], n: int, link: Link, compute_s: float, c: Constants,
@@ -317,18 +326,20 @@ def allreduce_step(sizes: Sequence[int], n: int, link: Link, compute_s: float, c
     model_bytes = float(sum(sizes))
     forward = compute_s * (1 - BACKWARD_SHARE)
     count = len(sizes)
-    end, path = 0.0, (0.0, 0.0, 0.0, 0.0)  # the chain ending at `end`: compute, lat, wire, host
+    # the chain of buckets ending at `end`: its start (compute), latency, wire, host, messages
+    end, path = 0.0, (0.0, 0.0, 0.0, 0.0, 0.0)
     for nbytes, last in bucket_layout(sizes, bucket_mb) if n > 1 else []:
         ready = forward + compute_s * BACKWARD_SHARE * (last + 1) / count if overlap else compute_s
-        lat, wire, host = _collective(algorithm, nbytes, n, link)
+        lat, wire, host, msgs = _collective(algorithm, nbytes, n, link)
         if ready >= end:  # the link was idle: the chain restarts at this bucket's ready time
-            path = (ready, lat, wire, host)
+            path = (ready, lat, wire, host, msgs)
         else:
-            path = (path[0], path[1] + lat, path[2] + wire, path[3] + host)
-        end = max(ready, end) + lat + c.link_factor * wire + c.host_s_per_byte * host
+            path = (path[0], path[1] + lat, path[2] + wire, path[3] + host, path[4] + msgs)
+        end = max(ready, end) + StepTime(0.0, lat, wire, host, msgs).total(
+            replace(c, overhead_s=0.0))
     if end <= compute_s:  # every bucket finished under backward (or one worker)
-        path = (compute_s, 0.0, 0.0, 0.0)
-    return StepTime(path[0], path[1], path[2], path[3] + 2 * model_bytes)
+        path = (compute_s, 0.0, 0.0, 0.0, 0.0)
+    return StepTime(path[0], path[1], path[2], path[3] + 2 * model_bytes, path[4])
 
 
 def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: float,
@@ -344,10 +355,10 @@ def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: f
     server_host = n * shard + shard  # sum N gradient shards, SGD on the shard
     if sync:
         wire = 2 * max(n * shard, m) * link.beta
-        return StepTime(compute_s, 2 * link.latency_s, wire, worker_host + server_host)
-    own = StepTime(compute_s, 2 * link.latency_s, 2 * m * link.beta, worker_host + shard)
-    turn = StepTime(0.0, 2 * n * link.latency_s, 2 * n * shard * link.beta,
-                    n * 2 * shard)
+        return StepTime(compute_s, 2 * link.latency_s, wire, worker_host + server_host, 2)
+    own = StepTime(compute_s, 2 * link.latency_s, 2 * m * link.beta, worker_host + shard, 2)
+    turn = StepTime(0.0, 2 * n * link.latency_s, 2 * n * shard * link.beta, n * 2 * shard,
+                    2 * n)
     return own if own.total(c) >= turn.total(c) else turn
 
 
@@ -465,9 +476,9 @@ def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:
     """Fit the Constants to cells by relative least squares (non-negative). The critical path
     depends on the constants (overlap), so fit, re-derive the paths, fit again.
 
-    No more constants than cells: with k < 3 cells only the first k of (link_factor,
-    overhead_s, host_s_per_byte) are fitted; a constant no fit cell depends on (no wire time
-    among them, say) keeps its default too."""
+    No more constants than cells: with k < 4 cells only the first k of (link_factor,
+    overhead_s, host_s_per_byte, host_s_per_message) are fitted; a constant no fit cell
+    depends on (no wire time among them, say) keeps its default too."""
     c = Constants()
     if cells.empty:
         return c
@@ -475,15 +486,15 @@ def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:
     w = 1.0 / y
     for _ in range(rounds):
         parts = [_cell_step(r, c) for r in cells.itertuples()]
-        cols = np.array([[p.wire_s, 1.0, p.host_bytes] for p in parts])
-        vals = np.array([c.link_factor, c.overhead_s, c.host_s_per_byte])
-        free = [j for j in range(3) if np.any(cols[:, j] > 0)][:len(cells)]
-        fixed_cols = [j for j in range(3) if j not in free]
+        cols = np.array([[p.wire_s, 1.0, p.host_bytes, p.messages] for p in parts])
+        vals = np.array([c.link_factor, c.overhead_s, c.host_s_per_byte, c.host_s_per_message])
+        free = [j for j in range(4) if np.any(cols[:, j] > 0)][:len(cells)]
+        fixed_cols = [j for j in range(4) if j not in free]
         rest = np.array([p.compute_s + p.latency_s for p in parts])
         rest += cols[:, fixed_cols] @ vals[fixed_cols]
         vals[free] = _nnls(cols[:, free] * w[:, None], (y - rest) * w)
         new = Constants(link_factor=float(vals[0]), overhead_s=float(vals[1]),
-                        host_s_per_byte=float(vals[2]))
+                        host_s_per_byte=float(vals[2]), host_s_per_message=float(vals[3]))
         if new == c:
             break
         c = new
@@ -540,10 +551,13 @@ class Validation:
     note: str
 
     def cluster_constants(self) -> Constants:
-        """The constants in cluster-equivalent seconds (analytic ones when not validated)."""
+        """The constants for a real cluster, in its seconds: the link factor as fitted, the host
+        overheads x scale (cluster-equivalent), and no per-message host cost: on the emulator it
+        stands in for the latency the links lack, on a cluster the profile's latency is that
+        cost. Analytic constants when not validated."""
         if self.n_cells == 0:
             return Constants(host_s_per_byte=0.0)
-        return self.constants.to_cluster(self.scale)
+        return replace(self.constants.to_cluster(self.scale), host_s_per_message=0.0)
 
     @property
     def label(self) -> str:
@@ -632,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# seconds per step as measured (emulated clock; x network_scale = cluster-equivalent)"
           f"; constants fitted on {fit_n} of {len(table)} cells (every third in order of step "
           f"time, from the 2nd shortest): link_factor {c.link_factor:.3f}, "
-          f"host {c.host_s_per_byte * 1e9:.3f} ns/B, overhead {c.overhead_s:.3f} s; "
+          f"host {c.host_s_per_byte * 1e9:.3f} ns/B, {c.host_s_per_message * 1e3:.2f} ms per "
+          f"message, overhead {c.overhead_s:.3f} s; "
           f"{len(skipped)} record(s) skipped")
     show = table.drop(columns=["source", "shape", "batch_size", "replay_source",
                                "images_per_sec_cluster"]).assign(
