@@ -60,3 +60,27 @@ def test_train_cli_network_without_root_is_one_line(monkeypatch: pytest.MonkeyPa
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "cannot be emulated here: not root: test" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(reference.load("05_network_profiles").empty,
+                    reason="no committed reference cells for chapter 05")
+def test_chapter_05_renders_reference_records_with_their_label(tmp_path: Path) -> None:
+    """The path a host without namespaces takes (forced with use_reference): the figure and the
+    sentences come from results/reference/, and say so with host, date and sha."""
+    import json
+
+    import papermill as pm
+
+    notebooks = records.project_root() / "notebooks"
+    out = tmp_path / "nb05.ipynb"
+    pm.execute_notebook(str(notebooks / "05_network_profiles.ipynb"), str(out),
+                        parameters={"run_dir": str(tmp_path / "run"), "use_reference": True,
+                                    "params_files": [str(records.project_root() / "params" / f)
+                                                     for f in ("default.yaml", "ci.yaml")]},
+                        cwd=str(notebooks), progress_bar=False, kernel_name="python3")
+    texts = [str(o.get("data", {}).get("text/markdown", o.get("text", "")))
+             for c in json.loads(out.read_text())["cells"] for o in c.get("outputs", [])]
+    expected = reference.label(reference.load("05_network_profiles"))
+    assert any(expected in t for t in texts), texts
+    assert any("not a measurement on this host" in t for t in texts)
