@@ -302,6 +302,10 @@ def test_cpu_bound_flags_cells_above_the_ceiling() -> None:
     assert netem.cpu_bound(info, 4) is True
     assert netem.cpu_bound({"profile": "none"}, 8) is False  # unshaped: nothing to flag
     assert netem.cpu_bound(None, 8) is False
+    # one link faster than tbf held in calibration (10GbE x 0.02 where 100 Mbit/s held here)
+    info = {"emulated_rate_bps": 2e8, "aggregate_ceiling_bps": 1.8e9, "link_ceiling_bps": 1e8}
+    assert netem.cpu_bound(info, 4) is True
+    assert netem.cpu_bound({**info, "emulated_rate_bps": 1e8}, 4) is False
 
 
 @needs_netns

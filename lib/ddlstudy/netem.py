@@ -389,10 +389,14 @@ def scale_for(profile: str, n_nodes: int, offload_off: bool = False) -> float:
 
 def cpu_bound(info: dict[str, Any] | None, nodes: int) -> bool:
     """True when `nodes` links at the record's emulated rate would ask more of this host than its
-    measured aggregate ceiling: such a cell measures the CPUs, not the links."""
+    measured aggregate ceiling, or one link more than the fastest rate tbf held in calibration:
+    such a cell measures the CPUs, not the links."""
     info = info or {}
     rate, ceiling = info.get("emulated_rate_bps"), info.get("aggregate_ceiling_bps")
-    return bool(rate and ceiling and nodes * float(rate) > float(ceiling))
+    if not rate or not ceiling:
+        return False
+    link = info.get("link_ceiling_bps")
+    return bool(nodes * float(rate) > float(ceiling) or (link and float(rate) > float(link)))
 
 
 # ----------------------------------------------------------------------------- the network
@@ -618,6 +622,7 @@ class EmulatedNetwork:
             "latency_note": "not emulated: netem is not available on this kernel",
             "offload_off": self.offload_off,
             "aggregate_ceiling_bps": self.ceiling["aggregate_bps"],
+            "link_ceiling_bps": self.ceiling["link_bps"],
             "ceiling_source": self.ceiling["source"],
             "cpu_bound_risk": bool(self.scale) and self.n_nodes * self.profile[
                 "emulated_rate_bps"] > HEADROOM * self.ceiling["aggregate_bps"],
