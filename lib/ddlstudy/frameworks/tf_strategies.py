@@ -230,7 +230,7 @@ def _setup_coordinator(tf: Any, cfg: dict[str, Any], spec: dict[str, list[str]]
         accs = []
         if sync:
             for v in variables:
-                with strategy.extended.colocate_vars_with(v):
+                with strategy.extended.colocate_vars_with(v.value):  # the tf.Variable
                     accs.append(tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False))
         version = tf.Variable(0, dtype=tf.int64, trainable=False)
     in_shape, classes = _shape(cfg)
