@@ -202,8 +202,9 @@ def landing_page(run_dir: Path, pages: list[Page], meta: dict[str, Any], run_id:
                  params_yaml: str, src: Path) -> str:
     """Findings first: claims, headline figures, chapters with status, then the run."""
     chapters = "\n".join(
-        f"- {{doc}}`{p.name}` ({p.status})" if (src / f"{p.name}.ipynb").exists()
-        else f"- {p.name} ({p.status})" for p in pages)
+        f"- {{doc}}`{p.name}` ({scrub_paths(p.status, run_dir)})"
+        if (src / f"{p.name}.ipynb").exists()
+        else f"- {p.name} ({scrub_paths(p.status, run_dir)})" for p in pages)
     toc = "\n".join(p.name for p in pages if (src / f"{p.name}.ipynb").exists())
     docs = "\n".join(f"docs/{d.stem}" for d in _docs(src))
     return "\n".join([
