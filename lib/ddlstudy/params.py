@@ -242,6 +242,9 @@ class NetworkParams(_Section):
     # compute replayed (workers, algorithm, steps as above); [] leaves only the one-host run
     chapter03_models: ModelNames = Field(default_factory=list)
     chapter03_profile: str = "10GbE"
+    # interleaved repeats of each emulated cell (chapters 03 emulated and 05): an emulated step
+    # is slow and steady, so 1 repeat (its timed steps give the spread) keeps make report short
+    repeats: int = Field(1, ge=1, le=100)
 
     @field_validator("chapter03_profile")
     @classmethod
