@@ -255,7 +255,7 @@ def _write_cells(root, noise: float = 0.0):
     rows = []
     for model, s in sizes.items():
         for strategy in ("ps_sync", "allreduce"):
-            for n in (1, 2, 4, 6):
+            for n in (1, 2, 3, 4, 5, 6):
                 link = M.profile_link("10GbE", 0.01, latency_s=0.0)
                 st = M.predict_step(strategy, model, n, link, 0.02 * 100, TRUE, sizes=s)
                 t = st.total(TRUE) * (1 + noise * rng.normal())
@@ -280,10 +280,10 @@ def test_validate_recovers_constants_on_synthetic_records(tmp_path, monkeypatch,
     sizes = _write_cells(tmp_path)
     monkeypatch.setattr(M, "gradient_bytes", lambda model, shape="cifar": sizes[model])
     cells = M.read_cells([tmp_path])
-    assert len(cells) == 17  # 16 cells + the real-compute one; the chapter copy deduplicated
+    assert len(cells) == 25  # 24 cells + the real-compute one; the chapter copy deduplicated
     table, c = M.validate(cells)
-    assert len(table) == 16  # the unshaped real-compute cell is skipped
-    assert (table["role"] == "fit").sum() == 16 // 3
+    assert len(table) == 24  # the unshaped real-compute cell is skipped
+    assert (table["role"] == "fit").sum() == 24 // 3  # 8 fit cells: all four constants
     assert c.link_factor == pytest.approx(TRUE.link_factor, rel=1e-3)
     assert c.overhead_s == pytest.approx(TRUE.overhead_s, rel=1e-2)
     assert table["rel_error"].abs().max() < 1e-3
@@ -291,6 +291,25 @@ def test_validate_recovers_constants_on_synthetic_records(tmp_path, monkeypatch,
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1] == "median relative error: 0.00"
     assert any("ps_sync" in line and " a " in f" {line} " for line in out)
+
+
+def test_few_fit_cells_fit_few_constants_and_links_never_beat_their_rate(monkeypatch):
+    # 4 cells whose steps are 0.8 x the nominal wire time: the link factor stays at its floor 1;
+    # 4 cells fit at most 2 constants, so host per byte and per message keep their defaults
+    link = M.profile_link("10GbE", 0.01, latency_s=0.0)
+    rows = []
+    for n in (2, 3, 4, 5):
+        st = M.allreduce_step([40 * MIB], n, link, 0.0, M.Constants(host_s_per_byte=0.0),
+                              "ring", overlap=False)
+        rows.append({"strategy": "allreduce", "algorithm": "ring", "overlap": False,
+                     "bucket_mb": 25.0, "model": "a", "shape": "cifar", "workers": n,
+                     "servers": 0, "batch_size": 32, "steps": 1, "wall_s": 0.8 * st.wire_s,
+                     "network": "10GbE", "network_scale": 0.01, "replay_s": 0.0,
+                     "time_dilation": 1.0})
+    monkeypatch.setattr(M, "gradient_bytes", lambda model, shape="cifar": (40 * MIB,))
+    c = M.fit_constants(pd.DataFrame(rows))
+    assert c.link_factor == 1.0
+    assert (c.host_s_per_byte, c.host_s_per_message) == (M.Constants().host_s_per_byte, 0.0)
 
 
 def test_validate_with_noise_reports_its_error(tmp_path, monkeypatch, capsys):
@@ -349,7 +368,7 @@ def test_validation_for_states_error_and_converts_constants(tmp_path, monkeypatc
     sizes = _write_cells(tmp_path)
     monkeypatch.setattr(M, "gradient_bytes", lambda model, shape="cifar": sizes[model])
     v = M.validation_for([tmp_path, tmp_path / "absent"])
-    assert v.n_cells == 16 - 16 // 3 and v.median_error < 1e-3 and v.scale == 0.01
+    assert v.n_cells == 24 - 24 // 3 and v.median_error < 1e-3 and v.scale == 0.01
     assert v.label == ("projected (model validated to 0% median relative error on "
                        f"{v.n_cells} held-out cells)")
     cc = v.cluster_constants()

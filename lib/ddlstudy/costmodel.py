@@ -473,12 +473,13 @@ def _cell_step(row: Any, c: Constants) -> StepTime:
 
 
 def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:
-    """Fit the Constants to cells by relative least squares (non-negative). The critical path
+    """Fit the Constants to cells by relative least squares, every constant >= 0 and the link
+    factor >= 1 (a shaped link never carries more than its rate x GOODPUT). The critical path
     depends on the constants (overlap), so fit, re-derive the paths, fit again.
 
-    No more constants than cells: with k < 4 cells only the first k of (link_factor,
-    overhead_s, host_s_per_byte, host_s_per_message) are fitted; a constant no fit cell
-    depends on (no wire time among them, say) keeps its default too."""
+    At least two fit cells per constant: with k fit cells only the first max(1, k // 2) of
+    (link_factor, overhead_s, host_s_per_byte, host_s_per_message) are fitted, the rest keep
+    their defaults, as does a constant no fit cell depends on (no wire time among them, say)."""
     c = Constants()
     if cells.empty:
         return c
@@ -487,13 +488,15 @@ def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:
     for _ in range(rounds):
         parts = [_cell_step(r, c) for r in cells.itertuples()]
         cols = np.array([[p.wire_s, 1.0, p.host_bytes, p.messages] for p in parts])
-        vals = np.array([c.link_factor, c.overhead_s, c.host_s_per_byte, c.host_s_per_message])
-        free = [j for j in range(4) if np.any(cols[:, j] > 0)][:len(cells)]
+        # the link factor is fitted as 1 + excess, excess >= 0
+        vals = np.array([c.link_factor - 1, c.overhead_s, c.host_s_per_byte,
+                         c.host_s_per_message])
+        free = [j for j in range(4) if np.any(cols[:, j] > 0)][:max(1, len(cells) // 2)]
         fixed_cols = [j for j in range(4) if j not in free]
-        rest = np.array([p.compute_s + p.latency_s for p in parts])
+        rest = np.array([p.compute_s + p.latency_s + p.wire_s for p in parts])
         rest += cols[:, fixed_cols] @ vals[fixed_cols]
         vals[free] = _nnls(cols[:, free] * w[:, None], (y - rest) * w)
-        new = Constants(link_factor=float(vals[0]), overhead_s=float(vals[1]),
+        new = Constants(link_factor=1 + float(vals[0]), overhead_s=float(vals[1]),
                         host_s_per_byte=float(vals[2]), host_s_per_message=float(vals[3]))
         if new == c:
             break
