@@ -17,8 +17,8 @@ op=Average, compression none, backward_passes_per_step=1, gradient_predivide_fac
 groups; each gradient's all-reduce is queued from its autograd hook during backward, and
 Horovod's background thread fuses queued tensors into buffers of up to HOROVOD_FUSION_THRESHOLD
 (default 128 MiB) every HOROVOD_CYCLE_TIME (default 1 ms); response cache on, autotune off.
-Those environment variables, when set on the engines, are honoured and written in the records
-(`horovod_env` in meta via the summary's `algorithm` column).
+Those environment variables, when set in the engines' environment, are honoured (the records
+do not carry them yet).
 
 Per step: compute_s = forward + backward (all-reduces already in flight), comm_wait_s = the wait
 in `optimizer.synchronize()` (the exposed communication), update_s = the SGD step; comm_s is not
@@ -41,7 +41,6 @@ from torch import nn
 from ddlstudy.strategies import StepStats, Strategy
 
 FIX = "run `make setup` (it builds Horovod 0.28.1 with scripts/build_horovod.sh)"
-TUNING_ENV = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY")
 
 
 def import_horovod() -> Any:
@@ -135,7 +134,6 @@ class Horovod(Strategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self._hooks = {p: self.opt._make_hook(p) for p in self.params} if self.world > 1 else {}
         self.grad_bytes = sum(p.numel() * p.element_size() for p in self.params)
-        self.tuning = {k: os.environ[k] for k in TUNING_ENV if k in os.environ}
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         """Replay: a replayed gradient is handed to Horovod's hook, as autograd would."""

@@ -321,7 +321,8 @@ def _chunk_ps(n_steps: int) -> dict[str, Any]:
         for step, shard, rv, t_step in pending:
             loss, ts, stale = rv.fetch()
             rows.append(_row(step, shard, loss=float(loss), compute_s=ts[1] - ts[0],
-                             comm_s=ts[2] - ts[1], step_s=t_step,
+                             comm_s=ts[2] - ts[1],
+                             step_s=ts[2] - ts[0] if math.isnan(t_step) else t_step,
                              staleness=float(stale) if not _TF["sync"] else 0.0))
         pending.clear()
 
@@ -340,7 +341,7 @@ def _chunk_ps(n_steps: int) -> dict[str, Any]:
             collect()
             for r in rows[-n:]:
                 r["update_s"] = t2 - t1
-        else:
+        else:  # async: a step's time is its closure's, on the worker's clock
             pending.extend((step, s, rv, math.nan) for s, rv in enumerate(rvs))
         _TF["step"] += 1
     coord.join()
