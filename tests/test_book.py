@@ -160,3 +160,15 @@ def test_design_examples_name_real_registries() -> None:
     assert set(params.CHAPTERS) <= set(summaries.SUMMARIES) and book.HEADLINES
     fields = list(netem.Profile.__dataclass_fields__)
     assert fields[:5] == ["name", "rate_bps", "latency_s", "rate_source", "latency_source"]
+
+
+def test_claims_table_puts_the_verdict_first() -> None:
+    df = pd.DataFrame([{"paper": "Shi 2019", "claim": "q", "chapter": "03_ps_vs_ring",
+                        "quantity": "ratio", "value": "2.668654", "ci_low": "1.1620434",
+                        "ci_high": "21.58974", "repeats": "2", "verdict": "agrees",
+                        "reason": "r"}])
+    out = book._claims_table(df)
+    assert list(out.columns)[:2] == ["paper", "verdict"]
+    assert out["value [95 % interval]"].iloc[0] == "2.67 [1.16, 21.6]"
+    old = pd.DataFrame([{"seed": "000", "claim": "q", "this run": "x", "verdict": "agrees"}])
+    assert book._claims_table(old).equals(old)  # an older table is shown as it is

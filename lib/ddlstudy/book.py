@@ -43,9 +43,6 @@ HEADLINES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Projected scaling efficiency (step-time model)", "06_projection",
      ("efficiency_by_profile.png", "scaling_to_1024.png")),
 )
-# Columns of chapter 99's claims table shown on the landing page (all of them if it has others).
-CLAIM_COLUMNS = ("paper", "claim", "chapter", "quantity", "value", "ci_low", "ci_high",
-                 "repeats", "verdict", "reason")
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 _TQDM = re.compile(r"\d+%\|.*\||\d+/\d+ \[\d|it/s\]|s/it\]")
 _WARNING = re.compile(r"^\s*\S*(Warning|warn)\b.*:|^\s*warnings\.warn\(")
@@ -125,26 +122,56 @@ def clean_notebook(nb: Any, run_dir: Path, summary: str, title_suffix: str = "")
         cell.metadata["tags"] = [*tags, extra]
         kept = [_clean_output(o, run_dir) for o in cell.get("outputs", []) if _keep_output(o)]
         cell.outputs = [o for o in kept if o.get("output_type") != "stream" or o["text"].strip()]
-    first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
-    if first_md >= 0 and nb.cells[first_md].source.startswith("# "):
+    # papermill's "An Exception was encountered at In [n]" banner goes under the summary
+    banner = [c for c in nb.cells if "papermill-error-cell-tag" in _tags(c)
+              and "An Exception was encountered" in c.source]
+    nb.cells = [c for c in nb.cells if not any(c is b for b in banner)]
+    first_md = next((i for i, c in enumerate(nb.cells)
+                     if c.cell_type == "markdown" and c.source.startswith("# ")), -1)
+    if first_md >= 0:
         title, _, rest = nb.cells[first_md].source.partition("\n")
         nb.cells[first_md].source = title + (f" ({title_suffix})" if title_suffix else "")
         if rest.strip():
             nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(rest.strip()))
     box = f"```{{admonition}} What this run found\n:class: tip\n\n{summary}\n```\n"
-    nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(box))
+    nb.cells[first_md + 1:first_md + 1] = [nbformat.v4.new_markdown_cell(box), *banner]
     return nb
 
 
 # ------------------------------------------------------------------------------ landing page
+def _claims_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Verdict first, the estimate as one 'value [95 % interval]' cell at 3 significant digits;
+    an older table (no value/interval columns) is shown as it is."""
+    if not {"paper", "claim", "value", "verdict"} <= set(df.columns):
+        return df
+
+    def num(v: str) -> str:
+        try:
+            return f"{float(v):.3g}"
+        except ValueError:
+            return v
+
+    est = df["value"].map(num)
+    if {"ci_low", "ci_high"} <= set(df.columns):
+        est = est + [f" [{num(lo)}, {num(hi)}]" if lo and hi else ""
+                     for lo, hi in zip(df["ci_low"], df["ci_high"], strict=True)]
+    out = pd.DataFrame({"paper": df["paper"], "verdict": df["verdict"]})
+    for col in ("quantity",):
+        if col in df.columns:
+            out[col] = df[col]
+    out["value [95 % interval]"] = est
+    for col in ("repeats", "chapter", "claim", "reason"):
+        if col in df.columns:
+            out[col] = df[col]
+    return out
+
+
 def _claims(run_dir: Path, src: Path) -> str:
-    """Chapter 99's claims table as a csv-table (the columns in CLAIM_COLUMNS it has)."""
+    """Chapter 99's claims table as a csv-table."""
     path = run_dir / "99_conclusions" / "claims.csv"
     if not path.exists():
         return "No claims table in this run: chapter `99_conclusions` did not write one.\n"
-    df = pd.read_csv(path, dtype=str).fillna("")
-    shown = [c for c in CLAIM_COLUMNS if c in df.columns]
-    df = df[shown] if {"paper", "claim", "value", "verdict"} <= set(shown) else df
+    df = _claims_table(pd.read_csv(path, dtype=str).fillna(""))
     df.to_csv(src / "claims.csv", index=False)
     return ("```{csv-table}\n:file: claims.csv\n:header-rows: 1\n:name: claims\n"
             ":class: claims\n```\n\nEach claim is measured, explained and given its interval "
@@ -251,14 +278,12 @@ suppress_warnings = ["myst.header", "misc.highlighting_failure", "myst.xref_miss
 """
 
 
-# Wider pages than the theme's default (figures and the claims table need the width); the
-# headline figures share one row.
+# The headline figures share one row; the claims table in a smaller font.
 CSS = """\
-.bd-page-width { max-width: 100%; }
-.bd-main .bd-content .bd-article-container { max-width: 100%; }
 table.headlines td { width: 25%; vertical-align: top; font-size: 0.85em; }
 table.headlines img { width: 100%; }
-table.claims { font-size: 0.85em; }
+table.claims { font-size: 0.8em; }
+table.claims td { min-width: 5em; }
 """
 
 
