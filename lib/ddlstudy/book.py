@@ -314,6 +314,7 @@ def sphinx_build(src: Path, out: Path) -> None:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         raise BookError(lines[-1] if lines else f"sphinx exited {proc.returncode}")
     (out / ".buildinfo").unlink(missing_ok=True)
+    shutil.rmtree(out.parent / "jupyter_execute", ignore_errors=True)  # myst-nb's scratch copy
 
 
 def build_book(run_dir: Path, pages: list[Page], meta: dict[str, Any], run_id: str,

@@ -28,7 +28,7 @@ def _table(folder: Path, name: str, *columns: str) -> pd.DataFrame:
         raise MissingRecords(f"`{name}.csv` was not written")
     df = pd.read_csv(path)
     if "error" in df.columns:
-        df = df[df["error"].fillna("").astype(str) == ""]
+        df = df[df["error"].isna() | (df["error"].astype(str) == "")]
     lacking = [c for c in columns if c not in df.columns]
     if lacking:
         raise MissingRecords(f"`{name}.csv` has no column {', '.join(lacking)}")
@@ -50,7 +50,8 @@ def background(folder: Path) -> str:
     drift = _table(folder, "bracketing_drift", "algorithm", "max_rel_err", "ranks_identical")
     worst = drift.loc[drift["max_rel_err"].idxmax()]
     same = bool(drift["ranks_identical"].astype(bool).all())
-    text = (f"Summing the same float32 gradients in {len(drift)} algorithms' orders, the largest "
+    text = (f"Summing the same float32 gradients in {drift['algorithm'].nunique()} algorithms' "
+            f"orders, the largest "
             f"relative error was {worst.max_rel_err:.1e} ({worst.algorithm}); every replica "
             f"{'ended bit-identical' if same else 'did NOT end bit-identical'}.")
     costs = _table(folder, "worked_costs", "network", "size", "ranks", "algorithm",
