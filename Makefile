@@ -22,7 +22,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml scripts/build_horovod.sh
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e .
-	scripts/build_horovod.sh $(VENV)  # Horovod 0.28.1 from source, once; the wheel is cached in wheels/
+	scripts/build_horovod.sh $(VENV)  # Horovod 0.28.1 from source, once; the wheel is cached in ~/.cache/ddlstudy/wheels
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "ddlstudy (.venv)" >/dev/null
 	touch $(STAMP)
 

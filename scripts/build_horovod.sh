@@ -8,7 +8,8 @@
 #     (only the second: gloo link error, multiple definition of kDefaultTimeout);
 #   - CMAKE_POLICY_VERSION_MINIMUM=3.5 (cmake >= 4 refuses the sdist's old minimum);
 #   - --no-build-isolation (torch must be importable while it builds).
-# Usage: scripts/build_horovod.sh [VENV]   (default .venv). Env: WHEEL_DIR (default wheels/).
+# Usage: scripts/build_horovod.sh [VENV]   (default .venv). Env: WHEEL_DIR (default
+# ~/.cache/ddlstudy/wheels: outside the checkout, so every clone on this machine reuses one build).
 set -euo pipefail
 
 VERSION=0.28.1
@@ -27,7 +28,7 @@ TORCH=$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/n
 }
 # The wheel links against this torch's C++ ABI: cache it per torch version and Python.
 PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-WHEEL_DIR=${WHEEL_DIR:-$ROOT/wheels}/horovod-$VERSION-torch$TORCH-$PYTAG
+WHEEL_DIR=${WHEEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ddlstudy/wheels}/horovod-$VERSION-torch$TORCH-$PYTAG
 mkdir -p "$WHEEL_DIR"
 
 installed() {
