@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
           + (f"  Servers: {config.n_servers}" if config.n_servers else ""))
     print(f"Running {config.warmup_steps} warm-up + {config.steps} timed steps...", flush=True)
     try:
-        with emulated_cluster(args.network, config.world_size, args.scale,
+        # offload on: throughput, not packet counts, is what a training run measures
+        with emulated_cluster(args.network, config.world_size, args.scale, offload_off=False,
                               profile=args.profile, collective_timeout_s=args.timeout) as cluster:
             config = replace(config, time_dilation=dilation(cluster, config.compute)).validate()
             net = cluster.network_info
