@@ -243,3 +243,29 @@ def test_claims_cover_the_five_papers_and_write_every_column(tmp_path: Path) -> 
     assert list(table.columns) == C.COLUMNS
     assert not table["claim"].str.contains("grows with workers").any()
     assert table["claim"].str.contains("17%").any() and table["claim"].str.contains("7-10%").any()
+
+
+def _shi_rows(table: pd.DataFrame) -> pd.DataFrame:
+    return table[(table["paper"] == "Shi 2019")
+                 & table["quantity"].str.contains("ring speed-up / PS", regex=False)]
+
+
+def test_shi_scaling_reads_the_emulated_section_with_its_label(tmp_path: Path) -> None:
+    folders = C.chapter_folders(["03_ps_vs_ring", "99_conclusions"], ["small"], ["small"])
+    _write(tmp_path, "03_ps_vs_ring-small", "summary", _grid(SCALING["inconclusive"]))
+    _write(tmp_path, f"{C.EMULATED_03}-small", "summary", _grid(SCALING["agrees"]))
+    rows = _shi_rows(C.claims_table(tmp_path, folders)).set_index("chapter")
+    assert rows.loc["03_ps_vs_ring", "verdict"] == "inconclusive"
+    assert rows.loc["03_ps_vs_ring", "source"].startswith("measured on one host")
+    assert rows.loc[C.EMULATED_03, "verdict"] == "agrees"
+    assert rows.loc[C.EMULATED_03, "source"].startswith("emulated")
+
+
+def test_cpu_bound_cells_draw_no_verdict(tmp_path: Path) -> None:
+    folders = C.chapter_folders(["03_ps_vs_ring"], ["small"], ["small"])
+    cells = _grid(SCALING["agrees"])
+    for c in cells:  # the host, not the shaped link, paced every 4-worker cell
+        c["cpu_bound"] = c["workers"] == 4
+    _write(tmp_path, f"{C.EMULATED_03}-small", "summary", cells)
+    rows = _shi_rows(C.claims_table(tmp_path, folders)).set_index("chapter")
+    assert rows.loc[C.EMULATED_03, "verdict"] == "not measured"
