@@ -106,13 +106,14 @@ def _engine_info() -> dict[str, Any]:
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     return {
         "rank": engine_rank(), "local_rank": _ENGINE.get("local_rank", 0),
-        "host": socket.gethostname(), "ip": _host_ip(), "pid": os.getpid(),
+        "host": socket.gethostname(), "ip": host_ip(), "pid": os.getpid(),
         "device": device, "device_name": name, "threads": torch.get_num_threads(),
     }
 
 
-def _host_ip() -> str:
-    """The address other nodes reach this one on (the route to a public address picks the NIC)."""
+def host_ip() -> str:
+    """The address other nodes reach this one on: DDLSTUDY_HOST_IP (a local cluster's engines set
+    127.0.0.1), else the NIC the route to a public address picks. Frameworks name it too."""
     iface = os.environ.get("DDLSTUDY_HOST_IP")
     if iface:
         return iface
@@ -130,7 +131,7 @@ def _engine_master(addr: str | None, world_size: int, timeout_s: float) -> tuple
 
     if dist.is_initialized():
         dist.destroy_process_group()
-    host = addr or _host_ip()
+    host = addr or host_ip()
     store = dist.TCPStore(host, 0, world_size, True, timeout=dt.timedelta(seconds=timeout_s),
                           wait_for_workers=False)
     _ENGINE["store"] = store

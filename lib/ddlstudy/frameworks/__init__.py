@@ -43,20 +43,10 @@ def missing(strategy: str) -> str | None:
 
 
 def host_ip() -> str:
-    """This engine's address (DDLSTUDY_HOST_IP, else the interface routing outwards), as
-    ddlstudy.cluster reports it; TF cluster specs and Horovod's rendezvous name it."""
-    import os
-    import socket
-    from contextlib import closing
+    """This engine's address, as ddlstudy.cluster reports it (one implementation, there)."""
+    from ddlstudy.cluster import host_ip as cluster_host_ip
 
-    if os.environ.get("DDLSTUDY_HOST_IP"):
-        return os.environ["DDLSTUDY_HOST_IP"]
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
-        try:
-            s.connect(("10.255.255.255", 1))
-            return str(s.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
+    return cluster_host_ip()
 
 
 def free_port() -> int:

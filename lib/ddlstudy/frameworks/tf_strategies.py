@@ -29,7 +29,7 @@ random ops keyed by seed, step and shard), never shipped from the driver: shard 
 the same tensor in every strategy and in `reference_sgd`, so runs are comparable weight for
 weight. Other data sets give one line naming the fix.
 
-Addresses: the cluster spec names each engine's own address (ddlstudy.cluster's `_host_ip`),
+Addresses: the cluster spec names each engine's own address (ddlstudy.cluster's `host_ip`),
 but TF's gRPC server binds 0.0.0.0 whatever TF_CONFIG says (TF has no option for it), so a
 task listens on every interface of its network namespace. TF catches SIGTERM: the cluster's
 stop kills engines with SIGKILL after a grace period. A process can host one TF server once
