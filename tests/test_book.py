@@ -172,3 +172,15 @@ def test_claims_table_puts_the_verdict_first() -> None:
     assert out["value [95 % interval]"].iloc[0] == "2.67 [1.16, 21.6]"
     old = pd.DataFrame([{"seed": "000", "claim": "q", "this run": "x", "verdict": "agrees"}])
     assert book._claims_table(old).equals(old)  # an older table is shown as it is
+
+
+def test_code_notebooks_and_params_cite_papers_by_author(repo_root: Path) -> None:
+    """lib/, notebooks/, params/ and scripts/ cite papers by author and year too."""
+    bad_cite = re.compile(r"(?i)seed 00\d|steering folder|shared/seeds|FINDINGS\.md")
+    for folder, globs in {"lib": ["**/*.py"], "notebooks": ["*.ipynb"], "params": ["*.yaml"],
+                          "scripts": ["*"]}.items():
+        for pattern in globs:
+            for path in (repo_root / folder).glob(pattern):
+                if path.is_file():
+                    found = bad_cite.findall(path.read_text(errors="replace"))
+                    assert not found, f"{path.relative_to(repo_root)}: {found}"

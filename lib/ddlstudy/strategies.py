@@ -6,7 +6,7 @@ indices whatever the strategy, worker 0 is always the chief (it evaluates, its w
 run's), and a PS run simply needs N+S engines.
 
 - `single`: one process, plain SGD; the baseline every other strategy must reproduce.
-- `ps_sync`, `ps_sharded`: as in seed 000's Figure 2.5 - each worker pushes its gradient, the
+- `ps_sync`, `ps_sharded`: as in Shi 2019's Figure 2.5 - each worker pushes its gradient, the
   server(s) average the N gradients and apply SGD, each worker pulls the new weights. With S
   servers (`ps_sharded`, S >= 2) server s owns one contiguous 1/S of the flattened parameters.
 - `ps_async`: the server applies each worker's gradient as soon as it arrives (receive from any

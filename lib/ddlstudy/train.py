@@ -55,7 +55,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
     a("--epochs", type=int, default=d.epochs, help="train this many epochs instead of --steps "
       "(test accuracy after each)")
     a("--no-eval", dest="eval", action="store_false", help="skip test accuracy")
-    a("--lr", type=float, default=d.lr, help="SGD learning rate (seed 000: 1e-4)")
+    a("--lr", type=float, default=d.lr, help="SGD learning rate (Shi 2019: 1e-4)")
     a("--momentum", type=float, default=d.momentum)
     a("--bucket-mb", type=float, default=d.bucket_mb, help="all-reduce / DDP bucket size")
     a("--overlap", type=_bool, default=d.overlap, help="allreduce: overlap buckets with "

@@ -24,7 +24,7 @@ def _layers() -> Any:
 
 def mlp(in_shape: Sequence[int], num_classes: int, hidden: int = 128, hidden1: int = 128,
         activation: str = "sigmoid", dtype: str = "float32") -> Any:
-    """Seed 001's MLP (see models.MLP): flatten, two hidden layers, linear output."""
+    """Fourie 2019's MLP (see models.MLP): flatten, two hidden layers, linear output."""
     import keras
 
     L = _layers()

@@ -15,7 +15,7 @@ communication split where TF lets us time it, bytes per step).
   closure reads the variables from the servers, computes its gradient on a worker and applies
   it at once (SGD on the servers); a version counter on the servers gives each update's
   staleness (updates applied by others between its read and its apply).
-- `tf_ps_sync`: the same tasks, synchronous as seed 000 and 004 ran parameter servers: per
+- `tf_ps_sync`: the same tasks, synchronous as Shi 2019 and Wang (NCHC) ran parameter servers: per
   step the coordinator schedules N closures (one per data shard), each adds its gradient / N
   into accumulators colocated with the variables on the servers; `coordinator.join()` is the
   barrier; then one update (w -= lr * acc; acc = 0) runs on the servers (resource ops run where
