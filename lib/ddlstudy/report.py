@@ -212,14 +212,17 @@ def _stop_on_signal(err: BaseException) -> int:
     line; exit 128 + signal. Finished chapters keep their markers: a re-run resumes."""
     import psutil
 
-    from ddlstudy import cluster
+    from ddlstudy import cluster, netem
 
     with cluster.defer_signals():
         children = {p.pid for p in psutil.Process().children(recursive=True)}
         cluster.kill_after_grace(children, cluster.STOP_GRACE_S)
         orphans = cluster.cleanup()
-    print(f"interrupted by {err}: stopped {len(children) + orphans} processes; finished "
-          "chapters are kept, re-run the same command to resume", file=sys.stderr)
+        # an emulated chapter's namespaces and links: their owner (the kernel) is dead now
+        links = netem.cleanup_all()
+    print(f"interrupted by {err}: stopped {len(children) + orphans} processes"
+          + (f", removed {len(links)} emulated-network objects" if links else "")
+          + "; finished chapters are kept, re-run the same command to resume", file=sys.stderr)
     return int(getattr(err, "exit_code", 130))
 
 
