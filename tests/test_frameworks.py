@@ -101,6 +101,16 @@ def test_tf_synchronous_matches_single_process(strategy: str) -> None:
 
 def test_tf_ps_async_updates_are_stale() -> None:
     _needs("tf_ps_async")
-    res = _run("tf_ps_async", steps=6)
+    from ddlstudy.cluster import ClusterError
+
+    try:
+        res = _run("tf_ps_async", steps=6)
+    except ClusterError as err:
+        # Seen once in three full-suite runs: the coordinator's first remote call failed with
+        # gRPC "Unable to parse request" (an open flake, not yet explained); one fresh retry,
+        # any other error fails at once.
+        if "Unable to parse request" not in str(err):
+            raise
+        res = _run("tf_ps_async", steps=6)
     assert res.row["images_per_sec"] > 0 and res.row["servers"] == 1
     assert res.row["staleness_max"] > 0, res.steps["staleness"].tolist()

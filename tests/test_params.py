@@ -112,25 +112,29 @@ CLI_SAMPLE = ["binary_garbage", "alias_bomb", "deep_list", "duplicate_top_key", 
               "timeout_1e300", "run_id_dotdot", "long_bad_value"]
 
 
-def _run_measured(args: list[str], err_path: Path) -> tuple[int, str, float, int]:
-    """Run one child; its exit code, stderr, seconds and its own peak RSS in KB (os.wait4 reads
-    that child's rusage: RUSAGE_CHILDREN would count every earlier test's children too)."""
-    import os
+# Runs the CLI from a small launcher and prints the CLI's own peak RSS (KB): a child forked from
+# pytest inherits pytest's RSS high-water mark across exec (1.9 GB after the TF tests), so the
+# CLI must be the child of a process that is small itself.
+_LAUNCH = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); "
+           "_, st, ru = os.wait4(p.pid, 0); print(ru.ru_maxrss); "
+           "sys.exit(os.waitstatus_to_exitcode(st))")
+
+
+def _run_measured(args: list[str]) -> tuple[int, str, float, int]:
+    """Run the CLI; its exit code, stderr, seconds and its own peak RSS in KB."""
     import time
 
     t0 = time.monotonic()
-    with open(err_path, "w") as err:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err_path.read_text(), time.monotonic() - t0, usage.ru_maxrss
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH, *args], capture_output=True,
+                          text=True, timeout=60)
+    return proc.returncode, proc.stderr, time.monotonic() - t0, int(proc.stdout.split()[-1])
 
 
 def test_params_cli_sample_exit_2_one_line(tmp_path: Path) -> None:
     files = [_write(tmp_path / f"{c}.yaml", HOSTILE[c][0]) for c in CLI_SAMPLE] + [tmp_path]
     for path in files:
         code, stderr, took, peak_kb = _run_measured(
-            [sys.executable, "-m", "ddlstudy.params", str(path)], tmp_path / "stderr.txt")
+            [sys.executable, "-m", "ddlstudy.params", str(path)])
         lines = stderr.strip().splitlines()
         assert code == 2, (path, stderr[-500:])
         assert len(lines) == 1 and lines[0].startswith("error: "), (path, stderr[-500:])
