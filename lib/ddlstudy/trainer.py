@@ -5,8 +5,10 @@ config (same seed, same initial weights), keeps them in a module-level dict, and
 chunks of steps, one engine call per chunk. Chunking keeps the tqdm bar moving and lets the
 driver evaluate between epochs, while a chunk itself runs with no driver in the loop. Each chunk
 starts and ends with a barrier over all ranks, servers included; the timed wall time is the sum
-of these barrier-to-barrier windows (measured on rank 0, one clock), so aggregate images/sec is
-all images all workers processed over the time they took together, not N x rank 0's rate.
+of these barrier-to-barrier windows (each rank times its own window on its own clock; the chunk's
+window is the longest of them, since a barrier does not release every rank at the same instant),
+so aggregate images/sec is all images all workers processed over the time they took together,
+not N x rank 0's rate.
 
 Data: every step draws one global batch of N x b samples from a seeded per-epoch permutation;
 worker r takes rows r*b..(r+1)*b. `single` with batch N*b therefore sees exactly the union of
@@ -488,7 +490,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
             budget = 600.0 if step_time is None else 10 * step_time + 60
             results = cluster.run(_engine_chunk, run_id, k, world_size=world,
                                   timeout=timeout_s + 60 + k * budget)
-            wall = results[0]["wall_s"]
+            wall = max(r["wall_s"] for r in results)  # barrier release skew: the longest
             step_time = wall / k
             done += k
             if not warm:
