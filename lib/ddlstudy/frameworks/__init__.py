@@ -7,16 +7,39 @@
   MultiWorkerMirroredStrategy and ParameterServerStrategy with their own driver, writing the
   trainer's records; Keras twins of the torch models in frameworks.keras_models.
 
-Registration is by name in ddlstudy.strategies (STRATEGIES, PS_STRATEGIES), which is what
-params, the CLI and TrainConfig validate against; `trainer.train` hands TF runs to
-`tf_strategies.train`.
+Registration: `_register` below puts them in ddlstudy.strategies' one registry (what params, the
+CLI and TrainConfig validate against); a TF spec names `tf_strategies.train` as its own driver,
+which `trainer.train` hands the run to.
 """
 
 from __future__ import annotations
 
-FRAMEWORK_STRATEGIES = ("horovod", "tf_ps_sync", "tf_ps_async", "tf_allreduce")
-TF_STRATEGIES = ("tf_ps_sync", "tf_ps_async", "tf_allreduce")
-TF_PS_STRATEGIES = ("tf_ps_sync", "tf_ps_async")
+from functools import partial
+
+from ddlstudy.strategies.registry import StrategySpec, register_strategy, strategy_names
+
+
+def _register() -> None:
+    """The framework strategies, in the one registry (ddlstudy.strategies.registry); built on
+    use, so importing ddlstudy imports neither horovod nor tensorflow."""
+    register_strategy(StrategySpec(
+        "horovod", "ddlstudy.frameworks.horovod:Horovod", family="allreduce",
+        framework="horovod", options=("bucket_mb",), bytes_source="analytic",
+        step_model="allreduce_step", missing=partial(missing, "horovod"),
+        summary="Horovod's gloo ring through hvd.DistributedOptimizer"))
+    tf = dict(factory=None, driver="ddlstudy.frameworks.tf_strategies:train",
+              framework="tensorflow", bytes_source="counted")
+    register_strategy(StrategySpec(
+        "tf_ps_sync", family="ps", default_servers=1, extra_engines=1,
+        missing=partial(missing, "tf_ps_sync"), **tf,
+        summary="TF synchronous parameter servers (between-graph replication)"))
+    register_strategy(StrategySpec(
+        "tf_ps_async", family="ps", default_servers=1, extra_engines=1, sync=False,
+        records_staleness=True, missing=partial(missing, "tf_ps_async"), **tf,
+        summary="TF ParameterServerStrategy + ClusterCoordinator"))
+    register_strategy(StrategySpec(
+        "tf_allreduce", family="allreduce", missing=partial(missing, "tf_allreduce"), **tf,
+        summary="TF MultiWorkerMirroredStrategy, RING communication"))
 
 
 def missing(strategy: str) -> str | None:
@@ -57,3 +80,9 @@ def free_port() -> int:
     with closing(socket.socket()) as s:
         s.bind(("", 0))
         return int(s.getsockname()[1])
+
+
+_register()
+FRAMEWORK_STRATEGIES = tuple(strategy_names(kind="framework"))
+TF_STRATEGIES = tuple(strategy_names(framework="tensorflow"))
+TF_PS_STRATEGIES = tuple(strategy_names(framework="tensorflow", family="ps"))

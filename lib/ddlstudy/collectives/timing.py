@@ -1,0 +1,37 @@
+"""Engine-side timing of one algorithm (what `ddlstudy.bench.collectives` runs on each rank)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ddlstudy.collectives.api import all_reduce
+from ddlstudy.collectives.common import Traffic
+from ddlstudy.collectives.verify import _dtype, rank_data
+
+
+def time_algorithm(algorithm: str, count: int, dtype: str = "float32", op: str = "sum",
+                   iters: int = 20, warmup: int = 5, timeout_s: float | None = None
+                   ) -> dict[str, Any]:
+    """Engine side: per-iteration wall time of one all-reduce on this rank.
+
+    Each iteration restores the input (outside the timed region), aligns ranks with a barrier,
+    then times one unchecked all-reduce; the driver takes the max over ranks per iteration (an
+    all-reduce is done when its last rank is).
+    """
+    import torch.distributed as dist
+
+    dt_ = _dtype(dtype)
+    src = rank_data(0, dist.get_rank(), count, dt_)
+    x = src.clone()
+    all_reduce(x, algorithm, op, timeout_s=timeout_s)  # validate inputs once, checked
+    times, traffic = [], Traffic()
+    for i in range(warmup + iters):
+        x.copy_(src)
+        dist.barrier()
+        t0 = time.perf_counter()
+        traffic = all_reduce(x, algorithm, op, timeout_s=timeout_s, check=False)
+        elapsed = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(elapsed)
+    return {"rank": dist.get_rank(), "times_s": times, **traffic.as_dict()}

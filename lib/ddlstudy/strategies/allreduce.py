@@ -1,0 +1,191 @@
+"""`allreduce`: gradients packed into buckets of `bucket_mb`, each bucket all-reduced (mean) by
+a `ddlstudy.collectives` algorithm; with `overlap=True` a bucket is launched from autograd hooks
+the moment its last gradient is ready and reduced on a communication thread while backward
+goes on; `overlap=False` reduces the same buckets after backward."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ddlstudy.strategies.base import StepStats, Strategy
+from ddlstudy.strategies.registry import StrategySpec, register_strategy
+
+
+@dataclass
+class _Bucket:
+    index: int
+    params: list[nn.Parameter]
+    offsets: list[tuple[int, int]]
+    buf: torch.Tensor
+    pending: int = 0
+
+
+def make_buckets(params: Sequence[nn.Parameter], bucket_bytes: int) -> list[_Bucket]:
+    """Greedy buckets in the given order, each up to bucket_bytes (a larger tensor gets its own).
+
+    Callers pass parameters in reverse registration order: backward produces the last layer's
+    gradients first, so the first bucket is ready earliest (as DDP does).
+    """
+    groups: list[list[nn.Parameter]] = []
+    size = 0
+    for p in params:
+        nbytes = p.numel() * p.element_size()
+        if not groups or size + nbytes > bucket_bytes and size > 0:
+            groups.append([])
+            size = 0
+        groups[-1].append(p)
+        size += nbytes
+    buckets = []
+    for i, group in enumerate(groups):
+        offsets, start = [], 0
+        for p in group:
+            offsets.append((start, start + p.numel()))
+            start += p.numel()
+        buf = torch.zeros(start, dtype=group[0].dtype, device=group[0].device)
+        buckets.append(_Bucket(i, group, offsets, buf))
+    return buckets
+
+
+class AllReduce(Strategy):
+    """Bucketed all-reduce of gradients with any `collectives` algorithm, overlapped or not."""
+
+    name = "allreduce"
+
+    def __init__(self, model: nn.Module, *, algorithm: str = "ring", bucket_mb: float = 25.0,
+                 overlap: bool = True, group: Any = None, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        from ddlstudy import collectives
+
+        if algorithm not in collectives.ALGORITHMS:
+            raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; valid: "
+                             f"{', '.join(collectives.ALGORITHMS)}")
+        if bucket_mb <= 0:
+            raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
+        self.collectives = collectives
+        self.algorithm, self.overlap, self.group = algorithm, overlap, group
+        self.bucket_bytes = int(bucket_mb * 2**20)
+        self.buckets = make_buckets(list(reversed(self.params)), self.bucket_bytes)
+        self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
+        self.opt = self._optimizer(self.params)
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
+        self._next = 0
+        self._steps = 0
+        self._lock = threading.Lock()
+        self._reset_counters()
+        self._todo: queue.Queue[_Bucket | None] = queue.Queue()
+        self._done: queue.Queue[BaseException | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        if overlap:
+            self._thread = threading.Thread(target=self._comm_loop, name="ddlstudy-allreduce",
+                                            daemon=True)
+            self._thread.start()
+
+    def _reset_counters(self) -> None:
+        self._busy_s, self._sent, self._recv = 0.0, 0, 0
+
+    def _reduce(self, bucket: _Bucket) -> None:
+        t = time.perf_counter()
+        traffic = self.collectives.all_reduce(bucket.buf, self.algorithm, op="mean",
+                                              group=self.group, timeout_s=self.timeout_s,
+                                              check=self._steps == 0)
+        dt = time.perf_counter() - t
+        with self._lock:
+            self._busy_s += dt
+            self._sent += traffic.sent_bytes
+            self._recv += traffic.recv_bytes
+
+    def _comm_loop(self) -> None:
+        while True:
+            bucket = self._todo.get()
+            if bucket is None:
+                return
+            try:
+                self._reduce(bucket)
+                self._done.put(None)
+            except BaseException as err:  # noqa: BLE001 - handed to the training thread
+                self._done.put(err)
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        """Autograd hook: pack this gradient; launch every bucket that is now complete, in
+        bucket order so all ranks issue the same collectives in the same sequence."""
+        bucket, i = self._where[id(p)]
+        a, b = bucket.offsets[i]
+        bucket.buf[a:b].copy_(p.grad.reshape(-1))
+        bucket.pending -= 1
+        if self.overlap:
+            self._launch_ready()
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        self._on_grad(p)
+
+    def _launch_ready(self, force: bool = False) -> None:
+        while self._next < len(self.buckets):
+            bucket = self.buckets[self._next]
+            if bucket.pending > 0 and not force:
+                return
+            if bucket.pending > 0:  # parameters unused this step: their gradient is zero
+                for p, (a, b) in zip(bucket.params, bucket.offsets, strict=True):
+                    if p.grad is None:
+                        bucket.buf[a:b].zero_()
+            self._todo.put(bucket)
+            self._next += 1
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
+        self._reset_counters()
+        self._next = 0
+        for bucket in self.buckets:
+            bucket.pending = len(bucket.params)
+        t0 = time.perf_counter()
+        loss = self._forward_backward(self.model, x, y)
+        t1 = time.perf_counter()
+        if self.overlap:
+            self._launch_ready(force=True)
+            for _ in self.buckets:
+                try:
+                    err = self._done.get(timeout=self.timeout_s + 30)
+                except queue.Empty:
+                    raise TimeoutError(f"allreduce: buckets not reduced within "
+                                       f"{self.timeout_s + 30:g} s") from None
+                if err is not None:
+                    raise err
+        else:
+            for bucket in self.buckets:
+                self._reduce(bucket)
+        t2 = time.perf_counter()
+        with torch.no_grad():
+            for bucket in self.buckets:
+                for p, (a, b) in zip(bucket.params, bucket.offsets, strict=True):
+                    if p.grad is None:
+                        p.grad = torch.empty_like(p)
+                    p.grad.copy_(bucket.buf[a:b].view_as(p))
+        self.opt.step()
+        t3 = time.perf_counter()
+        self._steps += 1
+        comm = self._busy_s if self.overlap else t2 - t1
+        return StepStats(loss=loss, compute_s=t1 - t0, comm_s=comm, comm_wait_s=t2 - t1,
+                         update_s=t3 - t2, step_s=t3 - t0, bytes_sent=self._sent,
+                         bytes_recv=self._recv, images=len(x))
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if self._thread is not None:
+            self._todo.put(None)
+            self._thread.join(timeout=10)
+            self._thread = None
+
+
+register_strategy(StrategySpec(
+    "allreduce", AllReduce, family="allreduce", options=("algorithm", "bucket_mb", "overlap",
+                                                         "group"),
+    step_model="allreduce_step",
+    summary="bucketed all-reduce with a ddlstudy.collectives algorithm, overlapped or not"))

@@ -1,0 +1,214 @@
+"""What every strategy shares: the `Strategy` interface, per-step `StepStats`, the rank
+`Layout`, and compute replay.
+
+Rank layout (all strategies): workers are ranks 0..N-1 and parameter servers, when a strategy has
+them, are the *extra* ranks N..N+S-1 of the same process group. Worker ranks then equal data-shard
+indices whatever the strategy, worker 0 is always the chief (it evaluates, its weights are the
+run's), and a PS run simply needs N+S engines.
+
+Compute replay (`Strategy.set_replay`): a worker waits a reference device's forward + backward
+time instead of computing, and then holds gradients of the model's real sizes (deterministic
+values, see `replay_gradients`). The first 1 - BACKWARD_SHARE of the wait stands for forward;
+over the rest the gradients become ready one tensor at a time in reverse parameter order, at
+evenly spaced instants, each announced through `_grad_ready` - which the overlapped all-reduce
+uses exactly like its autograd hook, so buckets still launch while "backward" goes on.
+Everything after the wait (packing, communication, the optimizer step) is real.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DEFAULT_TIMEOUT_S = 120.0
+# Backward's share of a step's forward + backward (backward costs about twice forward).
+BACKWARD_SHARE = 2 / 3
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class StepStats:
+    """One step on one rank (a server's row is one update it applied).
+
+    compute_s: forward + backward (for ddp this includes the all-reduce wait DDP does inside
+    backward); comm_s: time communicating (for overlapped all-reduce the communication thread's
+    busy time, which runs *during* compute); comm_wait_s: time the worker sat waiting for
+    communication after backward (the exposed part); update_s: unpacking + optimizer step;
+    idle_s: a server waiting for the next push.
+    """
+
+    loss: float = math.nan
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    comm_wait_s: float = 0.0
+    update_s: float = 0.0
+    idle_s: float = 0.0
+    step_s: float = 0.0
+    bytes_sent: int = 0
+    bytes_recv: int = 0
+    images: int = 0
+    staleness: list[int] = field(default_factory=list)
+    source: int = -1  # async server: the worker whose gradient this update applied
+
+    def as_row(self) -> dict[str, Any]:
+        row = {k: v for k, v in self.__dict__.items() if k != "staleness"}
+        row["staleness"] = max(self.staleness) if self.staleness else math.nan
+        return row
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which rank does what: workers 0..N-1, servers N..N+S-1."""
+
+    workers: int
+    servers: int = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.workers + self.servers
+
+    def role(self, rank: int) -> str:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} outside world of {self.world_size}")
+        return "worker" if rank < self.workers else "server"
+
+    @property
+    def server_ranks(self) -> list[int]:
+        return list(range(self.workers, self.world_size))
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """All trainable parameters as one flat vector (a copy): what a test compares."""
+    with torch.no_grad():
+        return torch.cat([p.detach().reshape(-1) for p in _trainable(model)])
+
+
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _wait(works: Sequence[Any], timeout_s: float, what: str) -> None:
+    import datetime as dt
+
+    for w in works:
+        try:
+            w.wait(timeout=dt.timedelta(seconds=timeout_s))
+        except RuntimeError as err:
+            raise TimeoutError(f"{what} did not complete within {timeout_s:g} s (a peer failed or "
+                               f"is stuck): {err}") from None
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def replay_gradients(params: Sequence[torch.Tensor], seed: int, rank: int) -> list[torch.Tensor]:
+    """The gradients a replaying worker reports: one seeded draw shared by all ranks, times
+    (1 + rank), so the N-worker mean is the draw x (N + 1) / 2 - a checkable average."""
+    gen = torch.Generator().manual_seed(seed * 7919 + 17)
+    return [torch.randn(p.shape, generator=gen, dtype=p.dtype).mul_(1e-3 * (1 + rank))
+            .to(p.device) for p in params]
+
+
+def _sleep_until(deadline: float) -> None:
+    """time.sleep to a perf_counter deadline (absolute, so many short waits do not drift)."""
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
+# ----------------------------------------------------------------------------- the interface
+class Strategy:
+    """A rank's part in one strategy. Workers call `step` per batch and `end_chunk` after a run
+    of steps; servers call `serve`, which returns when every worker has sent STOP."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, model: nn.Module, *, rank: int = 0, layout: Layout | None = None,
+                 lr: float = 1e-4, momentum: float = 0.0, weight_decay: float = 0.0,
+                 loss_fn: LossFn = F.cross_entropy, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 **_: Any) -> None:
+        self.model = model
+        self.rank = rank
+        self.layout = layout or Layout(1)
+        self.role = self.layout.role(rank)
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.loss_fn = loss_fn
+        self.timeout_s = timeout_s
+        self.params = _trainable(model)
+        self.n_params = sum(p.numel() for p in self.params)
+        self.replay_s: float | None = None
+        self._replay_grads: list[torch.Tensor] = []
+
+    @property
+    def is_worker(self) -> bool:
+        return self.role == "worker"
+
+    @property
+    def module(self) -> nn.Module:
+        """The plain model (for evaluation and weight comparison)."""
+        return self.model
+
+    def _optimizer(self, params: Sequence[torch.Tensor]) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
+                               weight_decay=self.weight_decay)
+
+    def set_replay(self, seconds: float, seed: int = 0) -> None:
+        """Replay compute: every step waits `seconds` instead of running forward + backward."""
+        if not seconds >= 0:
+            raise ValueError(f"replay time must be >= 0 s, got {seconds!r}")
+        self.replay_s = float(seconds)
+        if self.is_worker and not self._replay_grads:
+            self._replay_grads = replay_gradients(self.params, seed, self.rank)
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        """Replay's stand-in for autograd's post-accumulate hook (strategies that hook override)."""
+
+    def _replay(self) -> float:
+        """Wait the reference compute time; gradients appear in reverse order over the backward
+        share of it. Returns NaN: no forward pass, no loss."""
+        t0 = time.perf_counter()
+        total = self.replay_s or 0.0
+        forward_end = t0 + total * (1 - BACKWARD_SHARE)
+        _sleep_until(forward_end)
+        n = len(self.params)
+        pairs = zip(reversed(self.params), reversed(self._replay_grads), strict=True)
+        for i, (p, g) in enumerate(pairs):
+            _sleep_until(forward_end + total * BACKWARD_SHARE * (i + 1) / n)
+            if p.grad is None:
+                p.grad = g.clone()
+            else:
+                p.grad.copy_(g)
+            self._grad_ready(p)
+        return math.nan
+
+    def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        if self.replay_s is not None:
+            return self._replay()
+        for p in self.params:
+            p.grad = None
+        loss = self.loss_fn(model(x), y)
+        loss.backward()
+        return float(loss.detach())
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
+        raise NotImplementedError
+
+    def end_chunk(self) -> None:
+        """Workers: tell the servers this chunk of steps is over (no-op without servers)."""
+
+    def serve(self) -> list[StepStats]:
+        raise RuntimeError(f"{self.name}: rank {self.rank} is a {self.role}, it has no serve loop")
+
+    def close(self) -> None:
+        """Release hooks and threads."""

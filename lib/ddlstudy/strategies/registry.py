@@ -1,0 +1,166 @@
+"""The one registry of strategies: name -> `StrategySpec` (its class and its properties).
+
+Everything that needs to know about strategies - params validation, the CLI's choices, the
+trainer's branches (servers, staleness, bytes source, which driver), the cost model's step
+function, tests and docs - asks the registry instead of listing names. Adding a strategy is one
+class plus one `register_strategy` call (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from ddlstudy.strategies.base import Layout, Strategy
+
+FAMILIES = ("single", "ps", "allreduce")
+BYTES_SOURCES = ("counted", "analytic")
+# Keywords make_strategy passes only to strategies that declare them in `options`.
+OPTIONS = ("algorithm", "bucket_mb", "overlap", "group")
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy and what the rest of ddlstudy needs to know about it.
+
+    factory: the Strategy class (or a callable returning one), or "module:attr" imported on
+    first use (frameworks: their imports are heavy), or None when the strategy runs under its
+    own driver (`driver`, "module:function" with trainer.train's signature).
+    family: single / ps / allreduce (how gradients meet); framework: None for ddlstudy's own,
+    else the framework's name. default_servers: server processes when the config names none
+    (0: the strategy has no servers). options: which of OPTIONS its constructor takes
+    (`algorithm` makes it algorithm-aware). bytes_source: "counted" (bytes observed on the wire
+    by ddlstudy) or "analytic" (computed from the buffer sizes). records_staleness: its servers
+    record update staleness (async). step_model: the costmodel function that predicts its step
+    ("allreduce_step" / "ps_step"), None if the cost model cannot model it. extra_engines:
+    engines beyond workers + servers (a TF chief). missing: "" when its requirements are
+    installed, else one line naming the fix.
+    """
+
+    name: str
+    factory: Callable[..., Strategy] | str | None
+    family: str
+    summary: str = ""
+    framework: str | None = None
+    sync: bool = True
+    default_servers: int = 0
+    options: tuple[str, ...] = ()
+    bytes_source: str = "counted"
+    records_staleness: bool = False
+    step_model: str | None = None
+    driver: str | None = None
+    extra_engines: int = 0
+    missing: Callable[[], str | None] | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.family not in FAMILIES:
+            problems.append(f"family {self.family!r} not in {FAMILIES}")
+        if self.bytes_source not in BYTES_SOURCES:
+            problems.append(f"bytes_source {self.bytes_source!r} not in {BYTES_SOURCES}")
+        if bad := [o for o in self.options if o not in OPTIONS]:
+            problems.append(f"options {bad} not in {OPTIONS}")
+        if (self.factory is None) == (self.driver is None):
+            problems.append("give exactly one of factory (a Strategy) and driver (own driver)")
+        if self.family == "ps" and self.default_servers < 1:
+            problems.append("a ps strategy needs default_servers >= 1")
+        if self.family != "ps" and self.default_servers:
+            problems.append("only ps strategies have servers")
+        if problems:
+            raise ValueError(f"strategy {self.name!r}: " + "; ".join(problems))
+
+    @property
+    def kind(self) -> str:
+        """single / ps / allreduce, or framework for one run by Horovod or TensorFlow."""
+        return "framework" if self.framework else self.family
+
+    @property
+    def needs_servers(self) -> bool:
+        return self.default_servers > 0
+
+    @property
+    def algorithm_aware(self) -> bool:
+        return "algorithm" in self.options
+
+    def why_missing(self) -> str:
+        """'' when this host can run the strategy, else one line naming the fix."""
+        return (self.missing() or "") if self.missing is not None else ""
+
+    def build(self, model: nn.Module, **kw: Any) -> Strategy:
+        """The Strategy object (imports a lazy factory on first use)."""
+        if self.factory is None:
+            raise ValueError(f"{self.name} runs under its own driver ({self.driver}), "
+                             "not as a Strategy object: use trainer.train")
+        return _resolve(self.factory)(model, **kw)
+
+
+STRATEGIES: dict[str, StrategySpec] = {}
+
+
+def _resolve(target: Any) -> Any:
+    """A "module:attr" string -> the attribute (imported now); anything else as is."""
+    if not isinstance(target, str):
+        return target
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def register_strategy(spec: StrategySpec) -> StrategySpec:
+    """Add a strategy under its name (a name may be registered once)."""
+    if spec.name in STRATEGIES:
+        raise ValueError(f"strategy {spec.name!r} is already registered")
+    STRATEGIES[spec.name] = spec
+    return spec
+
+
+def unregister_strategy(name: str) -> None:
+    """Remove a strategy (tests and the docs' example register toys and clean up)."""
+    STRATEGIES.pop(name, None)
+
+
+def get_strategy(name: str) -> StrategySpec:
+    """The registered spec, or a ValueError naming the valid strategies."""
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+def strategy_names(**props: Any) -> list[str]:
+    """Registered names, in registration order, whose spec attributes equal `props`
+    (e.g. strategy_names(family="ps"), strategy_names(framework="tensorflow"))."""
+    return [s.name for s in STRATEGIES.values()
+            if all(getattr(s, k) == v for k, v in props.items())]
+
+
+def servers_for(strategy: str, servers: int | None) -> int:
+    """Server processes a strategy runs with: 0 unless it has servers; else its default."""
+    spec = get_strategy(strategy)
+    if not spec.needs_servers:
+        return 0
+    return spec.default_servers if servers is None else int(servers)
+
+
+def driver_for(strategy: str) -> Callable[..., Any] | None:
+    """The strategy's own driver (trainer.train's signature), None for Strategy objects."""
+    spec = get_strategy(strategy)
+    return _resolve(spec.driver) if spec.driver else None
+
+
+def make_strategy(name: str, model: nn.Module, *, rank: int = 0, workers: int = 1,
+                  servers: int | None = None, **kw: Any) -> Strategy:
+    """The strategy object for this rank (worker or server), with the model already on device.
+
+    Keywords: lr, momentum, weight_decay, loss_fn, timeout_s, and the spec's `options`
+    (allreduce: algorithm, bucket_mb, overlap, group; ddp: bucket_mb). Options a strategy does
+    not declare are dropped, so one config serves every strategy.
+    """
+    spec = get_strategy(name)
+    layout = Layout(workers, servers_for(name, servers))
+    if spec.family == "single" and workers != 1:
+        raise ValueError(f"strategy {name} runs on one worker, got workers={workers}")
+    kw = {k: v for k, v in kw.items() if k not in OPTIONS or k in spec.options}
+    return spec.build(model, rank=rank, layout=layout, **kw)
