@@ -269,3 +269,86 @@ def test_cpu_bound_cells_draw_no_verdict(tmp_path: Path) -> None:
     _write(tmp_path, f"{C.EMULATED_03}-small", "summary", cells)
     rows = _shi_rows(C.claims_table(tmp_path, folders)).set_index("chapter")
     assert rows.loc[C.EMULATED_03, "verdict"] == "not measured"
+
+
+CHUNKED = {  # emulated cells run once: per cell, the images/sec of its timed chunks
+    "agrees": {("ps_sync", 1): [10, 10.2], ("ps_sync", 4): [12, 12.3],
+               ("allreduce", 1): [10, 10.1], ("allreduce", 4): [30, 31]},
+    "differs": {("ps_sync", 1): [10, 10.2], ("ps_sync", 4): [30, 31],
+                ("allreduce", 1): [10, 10.1], ("allreduce", 4): [12, 12.3]},
+    "inconclusive": {("ps_sync", 1): [10, 10], ("ps_sync", 4): [15, 35],
+                     ("allreduce", 1): [10, 10], ("allreduce", 4): [18, 30]},
+}
+
+
+def _chunked(run: Path, folder: str, cells: dict[tuple[str, int], list[float]],
+             model: str = "small", params: int = 1000, network: str = "10GbE",
+             cpu_bound: bool = False, sub: str = "") -> list[dict]:
+    """One run per cell: runs/<sub>/<cell>/summary.csv + chunks.csv; the chapter summary rows."""
+    rows = []
+    for (strategy, n), rates in cells.items():
+        cell = run / folder / "runs" / sub / f"{strategy}_{model}_x{n}"
+        row = {"strategy": strategy, "model": model, "workers": n, "network": network,
+               "images_per_sec": float(pd.Series(rates).median()), "params": params,
+               "time_dilation": 1.0, "cpu_bound": cpu_bound, "error": "", "repeat": 0}
+        _write(cell.parent, cell.name, "summary", [row])
+        _write(cell.parent, cell.name, "chunks", [
+            {"chunk": k, "steps": 1, "wall_s": 1.0, "images": v, "images_per_sec": v}
+            for k, v in enumerate(rates)])
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("expected", list(CHUNKED))
+def test_emulated_cells_run_once_use_their_timed_chunks(tmp_path: Path, expected: str) -> None:
+    folders = C.chapter_folders(["03_ps_vs_ring"], ["small"], ["small"])
+    folder = f"{C.EMULATED_03}-small"
+    _write(tmp_path, folder, "summary", _chunked(tmp_path, folder, CHUNKED[expected]))
+    table = C.claims_table(tmp_path, folders)
+    _check_intervals(table)
+    row = _shi_rows(table).set_index("chapter").loc[C.EMULATED_03]
+    assert row["verdict"] == expected
+    assert row["repeats"] == 2 and row["interval"].endswith("over timed chunks")
+    assert "not independent runs" in row["reason"]
+
+
+def test_chunks_of_cpu_bound_cells_draw_no_verdict(tmp_path: Path) -> None:
+    folders = C.chapter_folders(["03_ps_vs_ring"], ["small"], ["small"])
+    folder = f"{C.EMULATED_03}-small"
+    rows = _chunked(tmp_path, folder, CHUNKED["agrees"], cpu_bound=True)
+    _write(tmp_path, folder, "summary", rows)
+    row = _shi_rows(C.claims_table(tmp_path, folders)).set_index("chapter").loc[C.EMULATED_03]
+    assert row["verdict"] == "not measured"
+
+
+@pytest.mark.parametrize("light_top, expected", [(30, "agrees"), (12, "differs")])
+def test_malik_ps_bottleneck_from_emulated_chunks(tmp_path: Path, light_top: float,
+                                                  expected: str) -> None:
+    folders = C.chapter_folders(["03_ps_vs_ring"], [], ["light", "heavy"])
+    heavy_cells = {("ps_sync", 1): [10, 10.2], ("ps_sync", 4): [20, 20.5]}
+    light_cells = {("ps_sync", 1): [10, 10.1], ("ps_sync", 4): [light_top, light_top + 0.5]}
+    for model, cells, params in (("light", light_cells, 10), ("heavy", heavy_cells, 100)):
+        folder = f"{C.EMULATED_03}-{model}"
+        _write(tmp_path, folder, "summary",
+               _chunked(tmp_path, folder, cells, model=model, params=params))
+    table = C.claims_table(tmp_path, folders)
+    _check_intervals(table)
+    row = table[(table["paper"] == "Malik 2018") & (table["chapter"] == C.EMULATED_03)].iloc[0]
+    assert row["verdict"] == expected and row["source"].startswith("emulated")
+    assert "light" in row["quantity"] and row["interval"].endswith("over timed chunks")
+
+
+@pytest.mark.parametrize("ib_top, expected", [(38, "agrees"), (20, "differs")])
+def test_wang_emulated_profiles_from_chunks(tmp_path: Path, ib_top: float, expected: str) -> None:
+    folders = C.chapter_folders(["05_network_profiles"], [])
+    ch = "05_network_profiles"
+    rows = []
+    for prof, top in (("IB-EDR", ib_top), ("10GbE", 30)):
+        cells = {("allreduce", 1): [10, 10.1], ("allreduce", 4): [top, top + 0.4]}
+        rows += [dict(r, profile=prof) for r in
+                 _chunked(tmp_path, ch, cells, network=prof, sub=prof)]
+    _write(tmp_path, ch, "summary", rows)
+    table = C.claims_table(tmp_path, folders)
+    _check_intervals(table)
+    row = table[(table["paper"] == "Wang (NCHC)") & (table["chapter"] == ch)].iloc[0]
+    assert row["verdict"] == expected and row["interval"].endswith("over timed chunks")

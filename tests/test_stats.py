@@ -74,3 +74,13 @@ def test_summarize_keeps_spread_and_repeat_count() -> None:
     out = stats.summarize(df, ["arm"], "t").set_index("arm")
     assert out.loc["a", "t"] == 2.0 and out.loc["a", "t_ci_high"] == 3.0
     assert out.loc["b", "repeats"] == 3
+
+
+def test_ratio_of_ratios_follows_the_four_arms() -> None:
+    est = stats.ratio_of_ratios_ci([30, 31], [10, 10.1], [12, 12.3], [10, 10.2])
+    assert est.value == pytest.approx((30.5 / 10.05) / (12.15 / 10.1))
+    assert 1 < est.low <= est.value <= est.high
+    wide = stats.ratio_of_ratios_ci([18, 30], [10, 10], [15, 35], [10, 10])
+    assert wide.low <= 1 <= wide.high
+    one = stats.ratio_of_ratios_ci([30], [10], [12], [10])
+    assert not one.measured and one.n == 1

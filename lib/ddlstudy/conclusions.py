@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ddlstudy import stats
+from ddlstudy import stats, units
 from ddlstudy.stats import Interval
 
 Claim = dict[str, Any]
@@ -55,6 +55,34 @@ def _read(run_dir: Path, folders: Folders, chapter: str, name: str) -> pd.DataFr
               if (run_dir / f / f"{name}.csv").exists()]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _chunks(run_dir: Path, folders: Folders, chapter: str, summary: pd.DataFrame
+            ) -> pd.DataFrame:
+    """Timed chunks of the chapter's cells (ddlstudy.units): from the run's own runs/ folders,
+    or from results/reference/ when the chapter showed the committed reference run."""
+    from ddlstudy import reference
+
+    frames = []
+    for folder in folders.get(chapter, []):
+        root = run_dir / folder / "runs"
+        if not root.exists() and "ref_git_sha" in summary:
+            root = reference.reference_dir() / folder / "runs"
+        frames.append(units.chunk_rates(root))
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _unit_row(paper: str, claim: str, where: str, chapter: str, quantity: str,
+              est: Interval, unit: str, no_effect: float, direction: int, source: str,
+              why: str = "") -> Claim:
+    """A row whose interval came from `unit` (ddlstudy.units): the unit is named in `interval`
+    and in the reason, so chunks of one run never read as independent repeats."""
+    row = _row(paper, claim, where, chapter, quantity, est, no_effect, direction, source,
+               "; ".join(x for x in (why, f"unit: {units.UNIT_NOTE[unit]}") if x))
+    if row["interval"]:
+        row["interval"] += f" over {unit}"
+    return row
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -137,24 +165,28 @@ def shi_scaling(run_dir: Path, folders: Folders) -> list[Claim]:
 
 def _shi_scaling_rows(run_dir: Path, folders: Folders, claim: str, where: str, ch: str,
                       source: str) -> list[Claim]:
-    """One row per model of chapter `ch`: ring speed-up over PS speed-up, same repeat."""
+    """One row per model of chapter `ch`: ring speed-up over PS speed-up, over interleaved
+    repeats (paired) or, for cells run once, their timed chunks (ddlstudy.units)."""
     summary = _ok(_read(run_dir, folders, ch, "summary"))
     need = "ps_sync and allreduce at 1 and >1 workers"
     if summary.empty or not {"images_per_sec", "strategy", "workers"} <= set(summary):
         return [_row(SHI, claim, where, ch, "ring speed-up / PS speed-up", None, 1, 1, source,
                      why=_missing(ch, folders, need))]
+    chunks = _chunks(run_dir, folders, ch, summary)
     rows = []
     for model, part in summary.groupby("model"):
         top = int(part["workers"].max())
-        quantity = f"{model}: ring speed-up / PS speed-up at {top} workers (same repeat)"
-        ring, ps = _speedup(part, "allreduce", top), _speedup(part, "ps_sync", top)
-        if top < 2 or ring.empty or ps.empty:
+        quantity = f"{model}: ring speed-up / PS speed-up at {top} workers"
+        est, unit = units.speedup_ratio(part, chunks, {"strategy": "allreduce", "model": model},
+                                        {"strategy": "ps_sync", "model": model}, top)
+        if top < 2 or not math.isfinite(est.value):
             rows.append(_row(SHI, claim, where, ch, quantity, None, 1, 1, source,
                              why=_missing(ch, folders, need)))
             continue
-        rows.append(_row(SHI, claim, where, ch, quantity, stats.ratio_ci(*_paired(ring, ps)), 1,
-                         1, source, why=f"ring speed-up median {ring.median():.2f}, PS "
-                                        f"{ps.median():.2f}"))
+        ring, ps = _speedup(part, "allreduce", top), _speedup(part, "ps_sync", top)
+        rows.append(_unit_row(SHI, claim, where, ch, quantity, est, unit, 1, 1, source,
+                              why=f"ring speed-up median {ring.median():.2f}, PS "
+                                  f"{ps.median():.2f} (of the cells' summaries)"))
     return rows
 
 
@@ -280,22 +312,39 @@ def malik_batch(run_dir: Path, folders: Folders) -> list[Claim]:
 def malik_ps_bottleneck(run_dir: Path, folders: Folders) -> list[Claim]:
     claim = ("Parameter Server TensorFlow: \"The scalability in poor - AlexNet has large number "
              "of parameters - Communication is the main bottleneck here\"")
-    where, ch = "slide 'Using Parameter Server Tensorflow APIs'", "03_ps_vs_ring"
+    where = "slide 'Using Parameter Server Tensorflow APIs'"
+    rows = [_malik_ps_row(run_dir, folders, claim, where, "03_ps_vs_ring",
+                          "measured on one host (workers share its cores and loopback)")]
+    if EMULATED_03 in folders:
+        rows.append(_malik_ps_row(run_dir, folders, claim, where, EMULATED_03,
+                                  "emulated (shaped links, replayed compute)"))
+    return rows
+
+
+def _malik_ps_row(run_dir: Path, folders: Folders, claim: str, where: str, ch: str,
+                  source: str) -> Claim:
+    """PS speed-up of the lightest model over the heaviest's, from chapter `ch`'s cells."""
     summary = _ok(_read(run_dir, folders, ch, "summary"))
-    quantity = "PS speed-up of the lightest model / of the heaviest (by parameters), same repeat"
+    quantity = "PS speed-up of the lightest model / of the heaviest (by parameters)"
     if summary.empty or "params" not in summary or summary["model"].nunique() < 2:
-        return [_row(MALIK, claim, where, ch, quantity, None, 1, 1,
-                     why=_missing(ch, folders, "two or more models in training.models"))]
+        return _row(MALIK, claim, where, ch, quantity, None, 1, 1, source,
+                    why=_missing(ch, folders, "two or more models"))
     ps = summary[summary["strategy"] == "ps_sync"]
     sizes = ps.groupby("model")["params"].first().sort_values()
+    top = int(ps["workers"].max()) if len(ps) else 0
+    if len(sizes) < 2 or top < 2:
+        return _row(MALIK, claim, where, ch, quantity, None, 1, 1, source,
+                    why=_missing(ch, folders, "ps_sync at 1 and >1 workers for two models"))
     light, heavy = sizes.index[0], sizes.index[-1]
-    top = int(ps["workers"].max())
-    a, b = _speedup(ps, "ps_sync", top, model=light), _speedup(ps, "ps_sync", top, model=heavy)
     quantity = (f"PS speed-up at {top} workers of {light} ({sizes[light] / 1e6:.1f} M params) / "
-                f"of {heavy} ({sizes[heavy] / 1e6:.1f} M), same repeat")
-    est = stats.ratio_ci(*_paired(a, b)) if top > 1 and len(a) and len(b) else None
-    return [_row(MALIK, claim, where, ch, quantity, est, 1, 1,
-                 why="" if est else _missing(ch, folders, "ps_sync at 1 and >1 workers"))]
+                f"of {heavy} ({sizes[heavy] / 1e6:.1f} M)")
+    est, unit = units.speedup_ratio(ps, _chunks(run_dir, folders, ch, summary),
+                                    {"strategy": "ps_sync", "model": light},
+                                    {"strategy": "ps_sync", "model": heavy}, top)
+    if not math.isfinite(est.value):
+        return _row(MALIK, claim, where, ch, quantity, None, 1, 1, source,
+                    why=_missing(ch, folders, "ps_sync at 1 and >1 workers for both models"))
+    return _unit_row(MALIK, claim, where, ch, quantity, est, unit, 1, 1, source)
 
 
 # ----------------------------------------------------------------------------- Pani
@@ -426,19 +475,16 @@ def _emulated_profiles(run_dir: Path, folders: Folders, claim: str, where: str) 
         return _row(WANG, claim, where, ch, quantity, None, 1, 1,
                     why=_missing(ch, folders, need))
     top = int(summary["workers"].max())
-    col = "images_per_sec"
-    eff = {}
-    for prof in ("IB-EDR", "10GbE"):
-        part = summary[summary["profile"] == prof]
-        hi = _by_repeat(part, col, workers=top)
-        lo = _by_repeat(part, col, workers=1)
-        eff[prof] = (hi / lo / top).dropna()
     quantity = (f"scaling efficiency at {top} workers, IB-EDR-like / 10GbE-like links "
-                "(emulated links, compute replayed), same repeat")
-    est = stats.ratio_ci(*_paired(eff["IB-EDR"], eff["10GbE"])) if top > 1 else None
-    return _row(WANG, claim, where, ch, quantity, est, 1, 1,
-                "emulated (shaped links, replayed compute)", "" if est else
-                _missing(ch, folders, need))
+                "(emulated links, compute replayed)")
+    source = "emulated (shaped links, replayed compute)"
+    part = summary.assign(network=summary["profile"])
+    est, unit = units.speedup_ratio(part, _chunks(run_dir, folders, ch, summary),
+                                    {"network": "IB-EDR"}, {"network": "10GbE"}, top)
+    if top < 2 or not math.isfinite(est.value):
+        return _row(WANG, claim, where, ch, quantity, None, 1, 1, source,
+                    why=_missing(ch, folders, need))
+    return _unit_row(WANG, claim, where, ch, quantity, est, unit, 1, 1, source)
 
 
 def _projected_profiles(run_dir: Path, folders: Folders, claim: str, where: str) -> Claim:

@@ -18,6 +18,8 @@ Methods (stable names; chapters and `conclusions` import them):
   With 2-5 repeats a bootstrap can only span the repeats' own range: its interval is
   narrower than a true 95 % one, so read it as "the spread of these repeats", not a guarantee.
 - `diff_ci(a, b, paired=True)`: median(a) - median(b), bootstrap as in `ratio_ci`.
+- `ratio_of_ratios_ci(a_hi, a_lo, b_hi, b_lo)`: one speed-up over another, each of the four
+  arms resampled alone (their units, e.g. timed chunks of separate runs, were not paired).
 - `verdict(low, high, no_effect, expected_direction)`: "agrees" / "differs" only when the
   interval excludes `no_effect`; "inconclusive" when it contains it; "not measured" when an end
   is missing or NaN (too few repeats give NaN ends).
@@ -173,6 +175,31 @@ def ratio_ci(a: Values, b: Values, paired: bool = True, level: float = LEVEL) ->
 def diff_ci(a: Values, b: Values, paired: bool = True, level: float = LEVEL) -> Interval:
     """median(a) - median(b) with a percentile bootstrap interval; no effect is 0."""
     return _compare(_diff, a, b, paired, level)
+
+
+def _ratio_of_ratios(a_hi: np.ndarray, a_lo: np.ndarray, b_hi: np.ndarray,
+                     b_lo: np.ndarray) -> float:
+    return float(np.median(a_hi) / np.median(a_lo) / (np.median(b_hi) / np.median(b_lo)))
+
+
+def ratio_of_ratios_ci(a_hi: Values, a_lo: Values, b_hi: Values, b_lo: Values,
+                       level: float = LEVEL) -> Interval:
+    """(median(a_hi) / median(a_lo)) / (median(b_hi) / median(b_lo)), each arm resampled alone
+    (unpaired percentile bootstrap); no effect is 1.
+
+    For speed-ups compared across arms whose units were not measured together (the timed chunks
+    of separate runs): the baselines' spread enters the interval too, not only the tops'."""
+    arms = [_clean(v) for v in (a_hi, a_lo, b_hi, b_lo)]
+    n = min(len(a) for a in arms)
+    method = "unpaired bootstrap" + _few(n)
+    if n == 0:
+        return _missing(0, method)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = _ratio_of_ratios(*arms)
+        if n < MIN_REPEATS or not _finite(value):
+            return _missing(n, method, value)
+        low, high = _bootstrap(_ratio_of_ratios, arms, False, level)
+    return Interval(value, low, high, n, method, level)
 
 
 def _ols_slope(x: np.ndarray, y: np.ndarray) -> float:
