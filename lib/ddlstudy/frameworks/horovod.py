@@ -77,6 +77,26 @@ def _host_plan(addrs: list[str]) -> str:
     return ",".join(f"{h}:{n}" for h, n in hosts)
 
 
+def _hostname_is_own_address(ip: str) -> None:
+    """Under emulation, make gethostname() return this engine's namespace address.
+
+    Horovod 0.28.1's process-set gloo context (gloo_context.cc, InitializeForProcessSet) never
+    copies HOROVOD_GLOO_IFACE into its device, so its device binds to what the host name
+    resolves to: 127.0.0.1 here, which is every namespace's own loopback, and the peers' connects
+    are refused. A private UTS namespace (this engine process only; threads started later
+    inherit it) with the address as host name makes that device bind to the shaped veth too.
+    """
+    import ctypes
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newuts = 0x04000000
+    if libc.unshare(clone_newuts) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUTS) failed (needs root); Horovod "
+                      "cannot bind its process-set context to the namespace's link")
+    socket.sethostname(ip)
+
+
 def rendezvous(rank: int, world: int, timeout_s: float) -> Any:
     """Start Horovod on this rank through rank 0's RendezvousServer; returns (hvd, server)."""
     import torch.distributed as dist
@@ -88,6 +108,8 @@ def rendezvous(rank: int, world: int, timeout_s: float) -> Any:
 
     hvd = import_horovod()
     ip = host_ip()
+    if os.environ.get("DDLSTUDY_NETNS") and world > 1:
+        _hostname_is_own_address(ip)
     addrs: list[Any] = [None] * world
     dist.all_gather_object(addrs, ip)
     plan = get_host_assignments(parse_hosts(_host_plan(addrs)), world)
