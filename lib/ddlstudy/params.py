@@ -36,6 +36,7 @@ DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10")
 NETWORKS = ("none", "1GbE", "10GbE", "25GbE", "IB-EDR")
 CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_ring",
             "04_utilization_traffic", "05_network_profiles", "06_projection", "99_conclusions")
+CHAPTERS += ("08_convergence", "09_batch_size")  # training dynamics (ddlstudy.dynamics)
 
 # Input limits: a params file is a few KB; these stop a small file allocating gigabytes.
 MAX_FILE_BYTES = 1 << 20
@@ -326,6 +327,102 @@ class ProjectionParams(_Section):
         return v
 
 
+LOCAL_STRATEGIES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
+
+
+def _local_strategies(v: list[str]) -> list[str]:
+    """Strategies with a torch optimizer on this study's engines (not Horovod / TensorFlow)."""
+    return _known(v, LOCAL_STRATEGIES, "strategy")
+
+
+LocalStrategies = Annotated[list[str], AfterValidator(_local_strategies)]
+RealDataset = Literal["digits", "mnist", "fashion_mnist", "cifar10"]
+
+
+class ConvergenceParams(_Section):
+    """Chapter 08: accuracy and loss per epoch per strategy, async PS staleness, and Fourie
+    2019's all-reduce order vs accuracy (Fig 16)."""
+
+    datasets: list[RealDataset] = Field(default_factory=lambda: ["mnist", "fashion_mnist"])
+    models: ModelNames = Field(default_factory=lambda: ["mlp", "shallow_cnn"])
+    strategies: LocalStrategies = Field(default_factory=lambda: [
+        "single", "ps_sync", "ps_async", "allreduce", "ddp"])
+    workers: int = Field(2, ge=1, le=64, description="N: every strategy runs N workers of "
+                         "batch_size; single runs one worker of N x batch_size")
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    epochs: int = Field(2, ge=1, le=1000)
+    lr: float = Field(0.05, gt=0, le=100)
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    async_workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
+    async_model: ModelName = "mlp"
+    bracketing_algorithms: list[str] = Field(default_factory=lambda: [
+        "ring", "tree", "recursive_doubling", "reference"])
+    bracketing_dataset: RealDataset = "mnist"
+    bracketing_workers: int = Field(4, ge=2, le=64)
+    bracketing_batch_size: int = Field(32, ge=1, le=1 << 16)
+    bracketing_epochs: int = Field(3, ge=1, le=1000)
+    bracketing_lr: float = Field(0.5, gt=0, le=100)
+
+    @field_validator("bracketing_algorithms")
+    @classmethod
+    def _algorithms(cls, v: list[str]) -> list[str]:
+        return _known(v, ALGORITHM_NAMES, "algorithm")
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v) or any(s < 0 for s in v):
+            raise ValueError("seeds must be distinct integers >= 0, e.g. [0, 1, 2]")
+        return v
+
+
+class BatchSizeParams(_Section):
+    """Chapter 09: Pani's batch-size sweep (1 vs N workers) and Malik 2018's emulated one."""
+
+    models: ModelNames = Field(default_factory=lambda: ["shallow_cnn", "resnet18"])
+    accuracy_models: ModelNames = Field(default_factory=lambda: ["shallow_cnn"],
+                                        description="trained `epochs` full passes and tested; "
+                                        "the others run `steps` timed steps (throughput only)")
+    dataset: RealDataset = "mnist"
+    batch_sizes: list[int] = Field(default_factory=lambda: [32, 128, 512, 2048, 8192])
+    max_batch: dict[str, int] = Field(default_factory=lambda: {"resnet18": 512},
+                                      description="per model: largest batch this host can hold")
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2])
+    strategies: LocalStrategies = Field(default_factory=lambda: ["allreduce"])
+    epochs: int = Field(1, ge=1, le=1000)
+    steps: int = Field(5, ge=1, le=1_000_000)
+    lr: float = Field(0.01, gt=0, le=100)
+    lr_scaling: Literal["none", "linear"] = "linear"
+    lr_base_batch: int = Field(32, ge=1, le=1 << 20)
+    warmup_epochs: float = Field(0.25, ge=0, le=1000, description="learning-rate warm-up")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1])
+    malik_models: ModelNames = Field(default_factory=lambda: ["alexnet", "resnet50"])
+    malik_batch_sizes: list[int] = Field(default_factory=lambda: [64, 128, 256, 512])
+    malik_workers: int = Field(2, ge=1, le=64)
+    malik_profile: str = "10GbE"
+    malik_steps: int = Field(3, ge=1, le=1_000_000)
+
+    @field_validator("batch_sizes", "malik_batch_sizes")
+    @classmethod
+    def _batches(cls, v: list[int]) -> list[int]:
+        if not v or any(b < 1 or b > 1 << 16 for b in v):
+            raise ValueError("each batch size must be 1..65536, e.g. [32, 128, 512]")
+        return v
+
+    @field_validator("max_batch")
+    @classmethod
+    def _max_batch(cls, v: dict[str, int]) -> dict[str, int]:
+        _known(list(v), MODEL_NAMES, "model")
+        if any(b < 1 for b in v.values()):
+            raise ValueError("max_batch values must be >= 1, e.g. {resnet18: 512}")
+        return v
+
+    @field_validator("malik_profile")
+    @classmethod
+    def _malik_profile(cls, v: str) -> str:
+        return _known([v], NETWORKS[1:], "network profile")[0]
+
+
 class ReportParams(_Section):
     chapters: list[str] = Field(default_factory=lambda: list(CHAPTERS))
     kernel: str = "python3"
@@ -352,6 +449,8 @@ class StudyParams(_Section):
     network: NetworkParams = Field(default_factory=NetworkParams)
     monitor: MonitorParams = Field(default_factory=MonitorParams)
     projection: ProjectionParams = Field(default_factory=ProjectionParams)
+    convergence: ConvergenceParams = Field(default_factory=ConvergenceParams)
+    batch_sweep: BatchSizeParams = Field(default_factory=BatchSizeParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
     @model_validator(mode="after")

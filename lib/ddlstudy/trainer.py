@@ -108,6 +108,10 @@ class TrainConfig:
     compute: str = "real"
     replay_source: str = "measured"
     time_dilation: float = 1.0
+    # learning-rate schedule (ddlstudy.dynamics): linear scaling rule + gradual warm-up
+    lr_scaling: str = "none"
+    lr_base_batch: int = 32
+    lr_warmup_epochs: float = 0.0
 
     @property
     def n_servers(self) -> int:
@@ -184,6 +188,9 @@ class TrainConfig:
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         choice("compute", self.compute, COMPUTE_MODES)
+        from ddlstudy.dynamics import check_schedule
+
+        check_schedule(self)
         if not self.time_dilation > 0:
             raise ValueError(f"time_dilation must be > 0, got {self.time_dilation!r}")
         if self.time_dilation != 1.0 and self.compute != "replay":
@@ -307,6 +314,10 @@ def _engine_setup(cfg: dict[str, Any], run_id: str,
                              f"global batch of {global_batch}")
         run["x"], run["y"] = x, y
         info["train_size"] = len(x)
+    if config.lr_scaling != "none" or config.lr_warmup_epochs:
+        from ddlstudy.dynamics import attach_schedule
+
+        attach_schedule(strategy, config, info["train_size"] or None)
     _RUNS[run_id] = run
     return info
 

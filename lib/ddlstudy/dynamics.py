@@ -1,0 +1,243 @@
+"""Training dynamics: the learning-rate schedule, and the curves, staleness and accuracy tables
+chapters 08 (convergence) and 09 (batch size) compute from their runs' records.
+
+Learning rate (Goyal et al. 2017, "Accurate, Large Minibatch SGD"): with `lr_scaling="linear"`
+the rate is `lr x B / lr_base_batch`, B the batch one update averages (N x b for synchronous
+strategies, b for ps_async, whose server applies each worker's gradient alone); with
+`lr_warmup_epochs` > 0 it starts at `lr` and rises linearly to that target over those epochs
+("gradual warm-up"), so a large batch is not hit with its full rate from random weights. The
+schedule is attached to whichever optimizer a rank owns (workers for single/allreduce/ddp, the
+server shard for PS) as a post-step hook, so strategies need no change and every update, warm-up
+steps included, advances it.
+
+Curves: trainer.train with `epochs` evaluates test accuracy after each epoch (eval.csv); the
+per-step training loss is in steps.csv and the timed windows in chunks.csv. With no untimed
+warm-up steps (`warmup_steps=0`) the chunks tile the run and end on epoch boundaries, so the wall
+time at epoch e is the sum of the windows up to it: one-host wall time of the training steps
+(evaluation excluded) on this machine, where workers share its cores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ddlstudy import stats
+
+LR_SCALINGS = ("none", "linear")
+# Strategies whose ranks hold a torch optimizer the schedule can drive (not Horovod / TF).
+SCHEDULED_STRATEGIES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
+SYNC_STRATEGIES = ("single", "ps_sync", "ps_sharded", "allreduce", "ddp")
+
+
+# ----------------------------------------------------------------------------- learning rate
+@dataclass(frozen=True)
+class LRSchedule:
+    """Learning rate per step: `base` rising linearly to `target` over `warmup_steps` steps."""
+
+    base: float
+    target: float
+    warmup_steps: int
+
+    def at(self, step: float) -> float:
+        """The rate for global step `step` (fractional for ps_async's per-worker updates)."""
+        if self.warmup_steps <= 0 or step >= self.warmup_steps:
+            return self.target
+        return self.base + (self.target - self.base) * step / self.warmup_steps
+
+
+def update_batch(strategy: str, batch_size: int, workers: int) -> int:
+    """Samples one optimizer update averages: b for ps_async (one worker's gradient), else N x b."""
+    return batch_size if strategy == "ps_async" else batch_size * workers
+
+
+def schedule_for(config: Any, train_size: int) -> LRSchedule:
+    """The schedule of a TrainConfig (`lr`, `lr_scaling`, `lr_base_batch`, `lr_warmup_epochs`)
+    on a training set of `train_size` samples."""
+    scaling = getattr(config, "lr_scaling", "none")
+    batch = update_batch(config.strategy, config.batch_size, config.workers)
+    factor = batch / config.lr_base_batch if scaling == "linear" else 1.0
+    per_epoch = max(1, train_size // (config.batch_size * config.workers))
+    warm = int(round(getattr(config, "lr_warmup_epochs", 0.0) * per_epoch))
+    return LRSchedule(config.lr, config.lr * factor, warm)
+
+
+def check_schedule(config: Any) -> None:
+    """ValueError (one line) for a schedule the config cannot run."""
+    scaling = getattr(config, "lr_scaling", "none")
+    if scaling not in LR_SCALINGS:
+        raise ValueError(f"unknown lr_scaling {scaling!r}; valid: {', '.join(LR_SCALINGS)}")
+    warm = getattr(config, "lr_warmup_epochs", 0.0)
+    if not (isinstance(warm, (int, float)) and 0 <= warm < math.inf):
+        raise ValueError(f"lr_warmup_epochs must be a number >= 0, got {warm!r}")
+    if not isinstance(config.lr_base_batch, int) or config.lr_base_batch < 1:
+        raise ValueError(f"lr_base_batch must be an integer >= 1, got {config.lr_base_batch!r}")
+    if (scaling != "none" or warm) and config.strategy not in SCHEDULED_STRATEGIES:
+        raise ValueError(f"lr_scaling/lr_warmup_epochs drive the torch optimizers of "
+                         f"{', '.join(SCHEDULED_STRATEGIES)}; {config.strategy} has its own: "
+                         "set lr_scaling none and lr_warmup_epochs 0")
+
+
+def attach_schedule(strategy: Any, config: Any, train_size: int | None) -> LRSchedule | None:
+    """Engine side: drive this rank's optimizer (if it has one) by the config's schedule.
+
+    PS workers hold no optimizer (the server updates); ps_async's server takes N updates per
+    global step, so its step count is updates / N. train_size None: read from the data set.
+    """
+    opt = getattr(strategy, "opt", None)
+    if opt is None:
+        return None
+    if train_size is None:
+        from ddlstudy.trainer import _load
+
+        train_size = len(_load(config, train=True, n=config.batch_size * config.workers)[0])
+    schedule = schedule_for(config, train_size)
+    per_step = config.workers if config.strategy == "ps_async" else 1
+    updates = [0]
+
+    def set_lr() -> None:
+        lr = schedule.at(updates[0] / per_step)
+        for group in opt.param_groups:
+            group["lr"] = lr
+
+    def after_step(_opt: Any, _args: Any, _kwargs: Any) -> None:
+        updates[0] += 1
+        set_lr()
+
+    set_lr()
+    opt.register_step_post_hook(after_step)
+    return schedule
+
+
+# ----------------------------------------------------------------------------- curves
+def read_run(folder: Path) -> dict[str, pd.DataFrame]:
+    """A finished run's tables (summary, steps, chunks, eval; eval empty when absent)."""
+    out = {}
+    for name in ("summary", "steps", "chunks", "eval"):
+        path = folder / f"{name}.csv"
+        out[name] = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    return out
+
+
+def epoch_curve(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per evaluated epoch: test accuracy and loss, mean training loss of the epoch's steps,
+    and the cumulative wall time of the timed windows up to it (one-host, evaluation excluded).
+    """
+    ev, steps, chunks = tables["eval"], tables["steps"], tables["chunks"]
+    if ev.empty:
+        return pd.DataFrame(columns=["epoch", "step", "test_accuracy", "test_loss",
+                                     "train_loss", "wall_s"])
+    ev = ev.sort_values("step").reset_index(drop=True)
+    workers = steps[steps["role"] == "worker"] if len(steps) else steps
+    per_epoch = float(ev["step"].iloc[0] / ev["epoch"].iloc[0])
+    ends = chunks["steps"].cumsum().to_numpy() if len(chunks) else np.array([])
+    walls = chunks["wall_s"].cumsum().to_numpy() if len(chunks) else np.array([])
+    first = int(steps["step"].min()) if len(steps) else 0  # untimed warm-up steps before it
+    rows = []
+    prev = 0
+    for r in ev.itertuples():
+        step = int(r.step)
+        sel = workers[(workers["step"] >= prev) & (workers["step"] < step)]["loss"]
+        # the chunk that ends at this step (chunks count timed steps only)
+        hit = np.nonzero(ends + first == step)[0]
+        rows.append({"epoch": float(r.epoch), "step": step, "test_accuracy": r.test_accuracy,
+                     "test_loss": r.test_loss,
+                     "train_loss": float(sel.mean()) if len(sel) else math.nan,
+                     "wall_s": float(walls[hit[0]]) if len(hit) else math.nan,
+                     "steps_per_epoch": per_epoch})
+        prev = step
+    return pd.DataFrame(rows)
+
+
+def curves(runs: pd.DataFrame) -> pd.DataFrame:
+    """Epoch curves of every run in `runs` (columns `folder` plus the keys to keep)."""
+    frames = []
+    for row in runs.to_dict("records"):
+        curve = epoch_curve(read_run(Path(row["folder"])))
+        keys = {k: v for k, v in row.items() if k != "folder"}
+        frames.append(curve.assign(**keys))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def gaps_to(curve: pd.DataFrame, reference: str, keys: Sequence[str],
+            column: str = "test_accuracy") -> pd.DataFrame:
+    """Per run and epoch: `column` minus the reference strategy's at the same keys and epoch
+    (same seed, data set, model): 0 everywhere when the strategies compute the same thing."""
+    ref = curve[curve["strategy"] == reference].set_index([*keys, "epoch"])[column]
+    other = curve[curve["strategy"] != reference].copy()
+    idx = pd.MultiIndex.from_frame(other[[*keys, "epoch"]])
+    other["reference"] = ref.reindex(idx).to_numpy()
+    other["gap"] = other[column] - other["reference"]
+    return other
+
+
+def gap_table(gaps: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Per group: the largest |gap| over epochs and seeds, and the final epoch's gap as a
+    median with its interval over seeds and the verdict against 0 (no difference)."""
+    rows = []
+    for key, grp in gaps.groupby(list(by), sort=True):
+        keys = key if isinstance(key, tuple) else (key,)
+        last = grp[grp["epoch"] == grp["epoch"].max()]
+        est = stats.median_ci(last["gap"])
+        rows.append({**dict(zip(by, keys, strict=True)),
+                     "max_abs_gap": float(grp["gap"].abs().max()),
+                     "final_gap": est.value, "final_gap_low": est.low,
+                     "final_gap_high": est.high, "seeds": est.n,
+                     "verdict": _zero_verdict(est), "interval": est.text(".3g")})
+    return pd.DataFrame(rows)
+
+
+def _zero_verdict(est: stats.Interval) -> str:
+    """'no difference detected' when the interval holds 0, 'differs' when it excludes it."""
+    v = stats.interval_verdict(est, 0.0, 1)
+    if v == stats.NOT_MEASURED:
+        return stats.NOT_MEASURED
+    return "no difference detected" if v == stats.INCONCLUSIVE else "differs"
+
+
+# ----------------------------------------------------------------------------- staleness
+def staleness(steps: pd.DataFrame) -> pd.Series:
+    """Staleness of every update a ps_async server applied (server rows of steps.csv)."""
+    if steps.empty or "staleness" not in steps:
+        return pd.Series(dtype=float)
+    return steps.loc[steps["role"] == "server", "staleness"].dropna().astype(int)
+
+
+def staleness_histogram(runs: pd.DataFrame) -> pd.DataFrame:
+    """Counts and shares of each staleness value per run (`folder` plus keys)."""
+    frames = []
+    for row in runs.to_dict("records"):
+        s = staleness(read_run(Path(row["folder"]))["steps"])
+        if s.empty:
+            continue
+        counts = s.value_counts().sort_index()
+        keys = {k: v for k, v in row.items() if k != "folder"}
+        frames.append(pd.DataFrame({"staleness": counts.index, "updates": counts.to_numpy(),
+                                    "share": counts.to_numpy() / counts.sum(), **keys}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def paired_diff(final: pd.DataFrame, a: dict[str, Any], b: dict[str, Any],
+                column: str = "test_accuracy", pair: str = "seed") -> stats.Interval:
+    """median(a) - median(b) of `column`, paired on `pair` (same seed): interval over seeds."""
+    def pick(where: dict[str, Any]) -> pd.Series:
+        sel = final
+        for k, v in where.items():
+            sel = sel[sel[k] == v]
+        return sel.groupby(pair)[column].median()
+
+    x, y = pick(a), pick(b)
+    common = x.index.intersection(y.index)
+    return stats.diff_ci(x.loc[common].to_numpy(float), y.loc[common].to_numpy(float))
+
+
+def accuracy_table(final: pd.DataFrame, by: Sequence[str],
+                   column: str = "test_accuracy") -> pd.DataFrame:
+    """Per group: median `column` over seeds with its order-statistic interval."""
+    return stats.summarize(final, list(by), column)
