@@ -352,3 +352,36 @@ def test_wang_emulated_profiles_from_chunks(tmp_path: Path, ib_top: float, expec
     _check_intervals(table)
     row = table[(table["paper"] == "Wang (NCHC)") & (table["chapter"] == ch)].iloc[0]
     assert row["verdict"] == expected and row["interval"].endswith("over timed chunks")
+
+
+def _claims(verdicts: list[str], quantity: str = "ring / PS at 4 workers: {i}") -> pd.DataFrame:
+    return pd.DataFrame([{"paper": "Shi 2019", "chapter": "03_ps_vs_ring", "source": "measured",
+                          "quantity": quantity.format(i=i), "verdict": v}
+                         for i, v in enumerate(verdicts)])
+
+
+def test_compare_names_only_decided_verdicts_that_disagree(tmp_path: Path, capsys) -> None:
+    a = _claims(["agrees", "differs", "inconclusive", "agrees", "not measured"])
+    b = _claims(["agrees", "agrees", "differs", "inconclusive", "agrees"])
+    table = C.compare(a, b)
+    assert list(table["status"]) == ["same", "CONFLICT", "undecided in one", "undecided in one",
+                                     "undecided in one"]
+    for name, df in (("a", a), ("b", b)):
+        (tmp_path / name / "99_conclusions").mkdir(parents=True)
+        df.to_csv(tmp_path / name / "99_conclusions" / "claims.csv", index=False)
+    assert C.main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+    out = capsys.readouterr().out
+    assert "1 conflicting: Shi 2019: ring / PS at 4 workers: 1" in out
+    assert C.main(["compare", str(tmp_path / "a"), str(tmp_path / "a")]) == 0
+
+
+def test_compare_masks_measured_numbers_in_the_key_and_rejects_bad_input(tmp_path: Path,
+                                                                          capsys) -> None:
+    a = _claims(["agrees"], quantity="projected: IB 98%, 10GbE 36%")
+    b = _claims(["differs"], quantity="projected: IB 91%, 10GbE 70%")
+    assert list(C.compare(a, b)["status"]) == ["CONFLICT"]
+    assert C.main(["compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    assert C.main(["compare", str(tmp_path / "x.csv"), str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 2 and "Traceback" not in err

@@ -542,3 +542,109 @@ def folders_from_meta(run: Path) -> Folders:
     return chapter_folders(params.get("report", {}).get("chapters", []),
                            params.get("training", {}).get("models", []),
                            params.get("network", {}).get("chapter03_models", []))
+
+
+# ----------------------------------------------------------------------------- CLI
+DECIDED = (stats.AGREES, stats.DIFFERS)
+KEY = ["paper", "chapter", "source", "quantity"]
+
+
+def _claims_csv(path: str | Path) -> pd.DataFrame:
+    """A run's claims: RUN/99_conclusions/claims.csv, or a claims.csv named directly."""
+    p = Path(path)
+    csv = p / "99_conclusions" / "claims.csv" if p.is_dir() else p
+    if not csv.exists():
+        raise FileNotFoundError(f"{csv} not found: give a run folder that ran 99_conclusions "
+                                "(python -m ddlstudy.report ... --out DIR) or a claims.csv")
+    df = pd.read_csv(csv)
+    missing = {"verdict", *KEY} - set(df)
+    if missing:
+        raise ValueError(f"{csv} lacks column(s) {', '.join(sorted(missing))}: not a claims.csv "
+                         "written by ddlstudy.conclusions")
+    return df
+
+
+def _keyed(df: pd.DataFrame) -> pd.DataFrame:
+    """Claims keyed by paper, chapter, source and quantity with every number masked (a
+    quantity or label may carry measured figures, e.g. a projection's efficiencies), plus the
+    occurrence within that key."""
+    import re
+
+    key = df[KEY].astype(str).apply(lambda col: col.map(
+        lambda s: re.sub(r"\d+(\.\d+)?", "#", s)))
+    key["k"] = key.groupby(KEY).cumcount()
+    return df.assign(key=key.apply(lambda r: " | ".join(map(str, r)), axis=1))
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Per claim both runs' verdicts and `status`: same, conflict (both agrees/differs and not
+    equal), undecided (one or both inconclusive or not measured) or only-in-one-run."""
+    ka, kb = _keyed(a), _keyed(b)
+    cols = ["key", "paper", "quantity", "verdict"]
+    both = ka[cols].merge(kb[cols], on="key", how="outer", suffixes=("_a", "_b"))
+    for col in ("paper", "quantity"):  # as run A words it, else as run B
+        both[col] = both[f"{col}_a"].fillna(both[f"{col}_b"])
+
+    def status(r: pd.Series) -> str:
+        va, vb = r["verdict_a"], r["verdict_b"]
+        if pd.isna(va) or pd.isna(vb):
+            return "only in run " + ("B" if pd.isna(va) else "A")
+        if va in DECIDED and vb in DECIDED:
+            return "same" if va == vb else "CONFLICT"
+        return "same" if va == vb else "undecided in one"
+    both["status"] = both.apply(status, axis=1)
+    return both[["paper", "quantity", "verdict_a", "verdict_b", "status"]]
+
+
+def _print_compare(table: pd.DataFrame, a: str, b: str) -> int:
+    """Print the comparison; 1 when a decided verdict of one run contradicts the other's."""
+    width = 70
+    for r in table.itertuples():
+        q = r.quantity if len(r.quantity) <= width else r.quantity[:width - 3] + "..."
+        print(f"{r.paper:<12} {q:<{width}}  {r.verdict_a!s:<13} {r.verdict_b!s:<13} {r.status}")
+    bad = table[table["status"] == "CONFLICT"]
+    decided = int((table["verdict_a"].isin(DECIDED) & table["verdict_b"].isin(DECIDED)).sum())
+    print(f"A = {a}, B = {b}: {len(table)} claims, {decided} decided in both, "
+          f"{len(bad)} conflicting" + (": " + "; ".join(f"{r.paper}: {r.quantity}"
+                                                          for r in bad.itertuples())
+                                       if len(bad) else ""))
+    return 1 if len(bad) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ddlstudy.conclusions table RUN` | `compare RUN_A RUN_B`."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.conclusions",
+                                     description="Chapter 99's claims from a run's records, "
+                                     "or two runs' verdicts side by side.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table", help="every claim's verdict from a run folder's records")
+    t.add_argument("run", help="a run folder (python -m ddlstudy.report ... --out DIR)")
+    c = sub.add_parser("compare", help="both runs' verdicts per claim; exit 1 when a decided "
+                       "(agrees/differs) verdict of one run contradicts the other's")
+    c.add_argument("run_a")
+    c.add_argument("run_b")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "table":
+            run = Path(args.run)
+            if not (run / "meta.json").exists():
+                raise FileNotFoundError(f"{run}/meta.json not found: give a run folder "
+                                        "written by python -m ddlstudy.report")
+            table = claims_table(run)
+            with pd.option_context("display.width", 200, "display.max_colwidth", 80):
+                print(table[["paper", "chapter", "quantity", "value", "ci_low", "ci_high",
+                             "repeats", "verdict"]].to_string(index=False))
+            return 0
+        return _print_compare(compare(_claims_csv(args.run_a), _claims_csv(args.run_b)),
+                              args.run_a, args.run_b)
+    except (FileNotFoundError, ValueError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -67,7 +67,9 @@ def cell_values(summary: pd.DataFrame, chunks: pd.DataFrame, cells: Sequence[dic
     by_repeat = []
     for where in cells:
         rows = _select(summary, where)
-        by_repeat.append(rows.groupby("repeat")[column].median() if len(rows) else pd.Series())
+        rows = rows if "repeat" in rows else rows.assign(repeat=0)
+        by_repeat.append(rows.groupby("repeat")[column].median() if len(rows)
+                         else pd.Series(dtype=float))
     if all(len(s) >= stats.MIN_REPEATS for s in by_repeat):
         return by_repeat, REPEATS
     clean = chunks[~chunks["cpu_bound"]] if not chunks.empty else chunks
