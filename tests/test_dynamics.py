@@ -1,0 +1,134 @@
+"""Training dynamics: strategies that compute the same update follow the same curve, the
+learning-rate schedule reaches the engines' optimizers, and chapter 99's bracketing and batch-size
+verdicts follow the records they are given."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from ddlstudy import conclusions, dynamics, stats
+from ddlstudy.cluster import Cluster
+from ddlstudy.models import build_model
+from ddlstudy.strategies import make_strategy
+from ddlstudy.trainer import TrainConfig, train
+
+# digits: 1,438 training images; 2 workers x 16 = 32 per step -> 44 steps in the first epoch
+TINY = TrainConfig(model="mlp", dataset="digits", strategy="allreduce", workers=2,
+                   batch_size=16, epochs=1, warmup_steps=0, lr=0.1, dtype="float64",
+                   model_kwargs={"activation": "relu"})
+
+
+def _curve(res, folder: Path) -> pd.DataFrame:
+    return dynamics.epoch_curve(dynamics.read_run(folder))
+
+
+def test_single_ps_sync_allreduce_follow_one_curve_float64(cluster: Cluster,
+                                                           tmp_path: Path) -> None:
+    runs = {"single": replace(TINY, strategy="single", workers=1, batch_size=32),
+            "ps_sync": replace(TINY, strategy="ps_sync"), "allreduce": TINY}
+    results = {k: train(cluster, c, out_dir=tmp_path / k, progress=False, return_weights=True)
+               for k, c in runs.items()}
+    curves = {k: _curve(r, tmp_path / k) for k, r in results.items()}
+    ref = curves["single"]
+    assert ref["epoch"].tolist() == [1.0] and ref["step"].tolist() == [44]
+    assert ref["wall_s"].notna().all() and (ref["wall_s"] > 0).all()
+    # per-step training loss: worker losses averaged = the union batch's loss
+    steps = {k: r.steps[r.steps["role"] == "worker"].groupby("step")["loss"].mean()
+             for k, r in results.items()}
+    assert len(steps["single"]) == 44
+    for name in ("ps_sync", "allreduce"):
+        np.testing.assert_allclose(steps[name].to_numpy(), steps["single"].to_numpy(),
+                                   rtol=0, atol=1e-9, err_msg=name)
+        np.testing.assert_allclose(curves[name]["train_loss"], ref["train_loss"], atol=1e-9)
+        np.testing.assert_allclose(curves[name]["test_loss"], ref["test_loss"], atol=1e-9)
+        assert curves[name]["test_accuracy"].tolist() == ref["test_accuracy"].tolist()
+        torch.testing.assert_close(results[name].weights, results["single"].weights,
+                                   rtol=0, atol=1e-10)
+    # the loss did fall: the curves are of a model that learns, not of a constant
+    assert steps["single"].iloc[-5:].mean() < steps["single"].iloc[:5].mean()
+
+
+def test_linear_scaling_reaches_the_engines(cluster: Cluster) -> None:
+    """2 x 16 with lr 0.05 scaled x2 (base 16 -> batch 32) is single's batch 32 at lr 0.1."""
+    scaled = replace(TINY, lr=0.05, lr_scaling="linear", lr_base_batch=16, epochs=None,
+                     steps=6)
+    plain = replace(TINY, strategy="single", workers=1, batch_size=32, epochs=None, steps=6)
+    a = train(cluster, scaled, progress=False, return_weights=True)
+    b = train(cluster, plain, progress=False, return_weights=True)
+    torch.testing.assert_close(a.weights, b.weights, rtol=0, atol=1e-10)
+    c = train(cluster, replace(scaled, lr_scaling="none"), progress=False, return_weights=True)
+    assert not torch.allclose(c.weights, b.weights)
+
+
+def test_warmup_ramps_from_base_to_scaled_rate() -> None:
+    torch.manual_seed(0)
+    model = build_model("mlp", (1, 8, 8), num_classes=10).double()
+    strat = make_strategy("single", model, lr=0.1)
+    config = replace(TINY, strategy="single", workers=1, batch_size=128, lr=0.1,
+                     lr_scaling="linear", lr_base_batch=32, lr_warmup_epochs=1.0)
+    sched = dynamics.attach_schedule(strat, config, train_size=4 * 128)
+    assert sched == dynamics.LRSchedule(0.1, pytest.approx(0.4), 4)
+    seen = []
+    x, y = torch.randn(8, 1, 8, 8, dtype=torch.float64), torch.randint(0, 10, (8,))
+    for _ in range(6):
+        seen.append(strat.opt.param_groups[0]["lr"])
+        strat.step(x, y)
+    np.testing.assert_allclose(seen, [0.1, 0.175, 0.25, 0.325, 0.4, 0.4])
+    # ps_async: one update per worker's gradient, batch b each
+    async_cfg = replace(config, strategy="ps_async", workers=4, batch_size=32)
+    assert dynamics.schedule_for(async_cfg, 4 * 128).target == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"lr_scaling": "cubic"}, "unknown lr_scaling 'cubic'; valid: none, linear"),
+    ({"lr_warmup_epochs": -1.0}, "lr_warmup_epochs must be a number >= 0"),
+    ({"lr_base_batch": 0}, "lr_base_batch must be an integer >= 1"),
+])
+def test_bad_schedule_is_one_line(kw: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as err:
+        replace(TINY, **kw).validate()
+    assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- chapter 99 rows
+def _bracketing_records(run: Path, ring_acc: list[float], tree_acc: list[float]) -> None:
+    rows = [{"algorithm": a, "seed": s, "test_accuracy": acc, "epoch": 3.0, "dtype": "float32"}
+            for a, accs in (("ring", ring_acc), ("tree", tree_acc))
+            for s, acc in enumerate(accs)]
+    folder = run / "08_convergence"
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(folder / "bracketing.csv", index=False)
+
+
+def _bracketing_row(run: Path) -> dict:
+    folders = conclusions.chapter_folders(["00_background", "08_convergence"], ["mlp"])
+    rows = conclusions.fourie_bracketing(run, folders)
+    return next(r for r in rows if r["chapter"] == "08_convergence")
+
+
+def test_bracketing_verdict_follows_a_large_gap(tmp_path: Path) -> None:
+    _bracketing_records(tmp_path, [0.80, 0.81, 0.79, 0.80], [0.90, 0.91, 0.905, 0.90])
+    row = _bracketing_row(tmp_path)
+    assert row["verdict"] == stats.AGREES, row
+    assert row["value"] == pytest.approx(-0.1025, abs=0.01)
+
+
+def test_bracketing_verdict_follows_no_gap(tmp_path: Path) -> None:
+    _bracketing_records(tmp_path, [0.901, 0.899, 0.90, 0.902], [0.90, 0.90, 0.901, 0.90])
+    row = _bracketing_row(tmp_path)
+    assert row["verdict"] == stats.DIFFERS, row
+    assert abs(row["value"]) < 0.01
+
+
+def test_bracketing_not_measured_without_chapter_08(tmp_path: Path) -> None:
+    row = _bracketing_row(tmp_path)
+    assert row["verdict"] == stats.NOT_MEASURED and "08_convergence" in row["reason"]
+    folders = conclusions.chapter_folders(["00_background"], ["mlp"])
+    rows = conclusions.fourie_bracketing(tmp_path, folders)
+    assert any("not in this run's report.chapters" in r["reason"] for r in rows)
