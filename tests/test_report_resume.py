@@ -105,3 +105,45 @@ def test_repeats_interleave_with_rotated_order() -> None:
     assert [r for r, _ in order] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     positions = {x: [i % 3 for i, (_, y) in enumerate(order) if y == x] for x in "abc"}
     assert all(sorted(p) == [0, 1, 2] for p in positions.values())  # each arm in each slot once
+
+
+def _report(tree: Path, run: Path) -> tuple[str, dict[str, float]]:
+    """The real report runner on a copied tree (its lib first on the path): output and each
+    chapter marker's `finished` stamp."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(tree / "lib")}
+    files = [tree / "params" / n for n in ("default.yaml", "ci.yaml", "tiny.yaml")]
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.report",
+                           *[a for f in files for a in ("--params", str(f))], "--out", str(run)],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stamps = {p.name: json.loads(p.read_text())["finished"] for p in run.glob("*.done.json")}
+    return proc.stdout + proc.stderr, stamps
+
+
+@pytest.mark.slow
+def test_a_lib_change_reruns_every_chapter_of_a_real_report(tmp_path: Path,
+                                                            repo_root: Path) -> None:
+    """Two chapters through `python -m ddlstudy.report`, on a copy of lib/ and notebooks/: rerun
+    unchanged, every chapter is reused; after a real edit of one lib file, every chapter runs."""
+    tree = tmp_path / "tree"
+    for part in ("lib", "notebooks", "params"):
+        shutil.copytree(repo_root / part, tree / part,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(repo_root / "pyproject.toml", tree)
+    (tree / "params" / "tiny.yaml").write_text(
+        "report:\n  chapters: [00_background, 99_conclusions]\n")
+    run = tmp_path / "run"
+    out, first = _report(tree, run)
+    assert set(first) == {"00_background.done.json", "99_conclusions.done.json"}, out
+    out, again = _report(tree, run)
+    assert again == first and out.count(": reused") == 2, out
+    with (tree / "lib" / "ddlstudy" / "stats.py").open("a") as f:  # an uncommitted edit
+        f.write("\n# an edit\n")
+    out, after = _report(tree, run)
+    assert set(after) == set(first) and all(after[k] > first[k] for k in first), out
+    assert out.count(": ran in") == 2 and ": reused" not in out, out
