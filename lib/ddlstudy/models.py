@@ -11,11 +11,15 @@ described in its builder's docstring. Parameter counts and multiply-adds come fr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import pandas as pd
 import torch
 from torch import nn
+
+from ddlstudy.lazy import resolve
+from ddlstudy.workloads import MODELS as WORKLOAD_MODELS
+from ddlstudy.workloads import SHAPES
 
 __all__ = [
     "INPUT_SHAPES",
@@ -29,12 +33,9 @@ __all__ = [
     "paper_comparison",
 ]
 
-INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
-    "cifar": (3, 32, 32),
-    "mnist": (1, 28, 28),
-    "imagenet": (3, 224, 224),
-}
-NUM_CLASSES: dict[str, int] = {"cifar": 10, "mnist": 10, "imagenet": 1000}
+# Named input shapes and their class counts: from the one registry, ddlstudy.workloads.SHAPES.
+INPUT_SHAPES: dict[str, tuple[int, int, int]] = {s.name: s.dims for s in SHAPES.values()}
+NUM_CLASSES: dict[str, int] = {s.name: s.classes for s in SHAPES.values()}
 
 # Shi 2019, Table 3.1. "Model size (MB)" reads as MiB of float32 parameters (AlexNet:
 # 61.1M params * 4 B = 233.1 MiB). The GFLOPs column counts multiply-adds, as torchvision does.
@@ -483,18 +484,30 @@ def _resnet(block: type[BasicBlock | Bottleneck], layers: list[int]) -> Callable
     return build
 
 
-# Each builder takes (in_shape, num_classes, **kw).
-MODELS: dict[str, Callable[..., nn.Module]] = {
-    "alexnet": AlexNet,
-    "vgg16": _vgg("vgg16"),
-    "vgg19": _vgg("vgg19"),
-    "resnet18": _resnet(BasicBlock, [2, 2, 2, 2]),
-    "resnet50": _resnet(Bottleneck, [3, 4, 6, 3]),
-    "resnet152": _resnet(Bottleneck, [3, 8, 36, 3]),
-    "googlenet": GoogLeNet,
-    "shallow_cnn": ShallowCNN,
-    "mlp": MLP,
-}
+# Builders named in the one model registry (ddlstudy.workloads.MODELS); each takes
+# (in_shape, num_classes, **kw).
+vgg16 = _vgg("vgg16")
+vgg19 = _vgg("vgg19")
+resnet18 = _resnet(BasicBlock, [2, 2, 2, 2])
+resnet50 = _resnet(Bottleneck, [3, 4, 6, 3])
+resnet152 = _resnet(Bottleneck, [3, 8, 36, 3])
+
+
+class _Builders(Mapping[str, Callable[..., nn.Module]]):
+    """name -> builder, a live view of ddlstudy.workloads.MODELS (so a model registered later,
+    e.g. by a test or the docs' example, is buildable too)."""
+
+    def __getitem__(self, name: str) -> Callable[..., nn.Module]:
+        return resolve(WORKLOAD_MODELS[name].builder)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(WORKLOAD_MODELS)
+
+    def __len__(self) -> int:
+        return len(WORKLOAD_MODELS)
+
+
+MODELS: Mapping[str, Callable[..., nn.Module]] = _Builders()
 
 
 def _resolve_shape(shape: str | Sequence[int]) -> tuple[tuple[int, int, int], int | None]:

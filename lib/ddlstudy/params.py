@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -26,14 +27,25 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-MODEL_NAMES = ("alexnet", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "googlenet",
-               "shallow_cnn", "mlp")
-ALGORITHM_NAMES = ("ring", "ring_pipelined", "recursive_doubling", "rabenseifner", "tree", "ps",
-                   "ps_sharded", "reference")
-STRATEGY_NAMES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
-STRATEGY_NAMES += ("horovod", "tf_ps_sync", "tf_ps_async", "tf_allreduce")  # ddlstudy.frameworks
-DATASETS = ("synthetic", "digits", "mnist", "fashion_mnist", "cifar10")
-NETWORKS = ("none", "1GbE", "10GbE", "25GbE", "IB-EDR")
+from ddlstudy.collectives.registry import ALGORITHMS
+from ddlstudy.lazy import LiveNames
+from ddlstudy.netem import PROFILES
+from ddlstudy.strategies.registry import STRATEGIES, get_strategy, servers_for
+from ddlstudy.workloads import DATASETS as DATASET_SPECS
+from ddlstudy.workloads import MODELS as MODEL_SPECS
+from ddlstudy.workloads import SHAPES, file_datasets, real_datasets
+
+# Names come from the registries, live (ddlstudy.lazy.LiveNames): never a copy of them.
+MODEL_NAMES = LiveNames(lambda: MODEL_SPECS)
+ALGORITHM_NAMES = LiveNames(lambda: ALGORITHMS)
+STRATEGY_NAMES = LiveNames(lambda: STRATEGIES)
+# Strategies ddlstudy implements itself (torch optimizer on the engines; not Horovod / TF).
+LOCAL_STRATEGY_NAMES = LiveNames(lambda: (s.name for s in STRATEGIES.values() if not s.framework))
+DATASETS = LiveNames(lambda: DATASET_SPECS)
+REAL_DATASETS = LiveNames(real_datasets)
+FILE_DATASETS = LiveNames(file_datasets)
+SHAPE_NAMES = LiveNames(lambda: SHAPES)
+NETWORKS = LiveNames(lambda: ("none", *PROFILES))
 CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_ring",
             "04_utilization_traffic", "05_network_profiles", "06_projection", "99_conclusions")
 CHAPTERS += ("08_convergence", "09_batch_size")  # training dynamics (ddlstudy.dynamics)
@@ -84,7 +96,27 @@ def _one_model(v: str) -> str:
     return _known([v], MODEL_NAMES, "model")[0]
 
 
+def _one_shape(v: str) -> str:
+    return _known([v], SHAPE_NAMES, "input shape")[0]
+
+
+def _one_dataset(v: str) -> str:
+    return _known([v], DATASETS, "dataset")[0]
+
+
+def _one_real_dataset(v: str) -> str:
+    return _known([v], REAL_DATASETS, "real dataset")[0]
+
+
+def _one_file_dataset(v: str) -> str:
+    return _known([v], FILE_DATASETS, "data set with files")[0]
+
+
 WorkerCounts = Annotated[list[int], AfterValidator(_worker_counts)]
+ShapeName = Annotated[str, AfterValidator(_one_shape)]
+DatasetName = Annotated[str, AfterValidator(_one_dataset)]
+RealDataset = Annotated[str, AfterValidator(_one_real_dataset)]
+FileDataset = Annotated[str, AfterValidator(_one_file_dataset)]
 AlgorithmName = Annotated[str, AfterValidator(_one_algorithm)]
 ModelNames = Annotated[list[str], AfterValidator(_model_names)]
 ModelName = Annotated[str, AfterValidator(_one_model)]
@@ -133,7 +165,7 @@ class ClusterParams(_Section):
 
 class DataParams(_Section):
     root: str = Field("data", description="relative paths are from the project root")
-    require: list[Literal["mnist", "fashion_mnist", "cifar10"]] = Field(
+    require: list[FileDataset] = Field(
         default_factory=list, description="data sets that must be present before the run starts")
     verify: bool = Field(True, description="check the known checksums at every load; false "
                          "loads your own files of the same format")
@@ -187,8 +219,8 @@ class CollectivesParams(_Section):
 
 class TrainingParams(_Section):
     models: ModelNames = Field(default_factory=lambda: ["resnet18"])
-    shape: Literal["cifar", "mnist", "imagenet"] = "cifar"
-    dataset: Literal["synthetic", "digits", "mnist", "fashion_mnist", "cifar10"] = "synthetic"
+    shape: ShapeName = "cifar"
+    dataset: DatasetName = "synthetic"
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
     strategies: list[str] = Field(default_factory=lambda: ["ps_sync", "allreduce"])
     algorithm: AlgorithmName = "ring"
@@ -205,12 +237,11 @@ class TrainingParams(_Section):
     replay_source: str = Field("measured", description="'measured', 'gpu' or a CSV path")
 
     def servers_for(self, strategy: str) -> int:
-        """Engines a strategy needs beyond its workers (PS server processes)."""
-        if strategy == "ps_sharded":
-            return self.servers or 2
-        if strategy in ("tf_ps_sync", "tf_ps_async"):
-            return 2  # one TF ps task and the ClusterCoordinator's chief
-        return 1 if strategy in ("ps_sync", "ps_async") else 0
+        """Engines a strategy needs beyond its workers (server processes, a TF chief), from
+        its registry entry; `servers` applies to strategies whose server count is a choice."""
+        spec = get_strategy(strategy)
+        chosen = self.servers if spec.servers_configurable else None
+        return servers_for(strategy, chosen) + spec.extra_engines
 
     @field_validator("strategies")
     @classmethod
@@ -278,12 +309,12 @@ class ProjectionParams(_Section):
     compute_scale: float = Field(1.0, gt=0, description="what-if: x the table's compute time")
     models: ModelNames = Field(default_factory=lambda: ["alexnet", "vgg16", "vgg19", "resnet50",
                                                         "resnet152"])
-    shape: Literal["cifar", "mnist", "imagenet"] = "cifar"
+    shape: ShapeName = "cifar"
     batch_size: int = Field(32, ge=1)
     workers: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6])
     profile: str = "10GbE"
     scaling_model: ModelName = "resnet50"
-    scaling_shape: Literal["cifar", "mnist", "imagenet"] = "imagenet"
+    scaling_shape: ShapeName = "imagenet"
     scaling_batch_size: int = Field(128, ge=1)
     scaling_workers: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128,
                                                                 256, 512, 1024])
@@ -327,7 +358,7 @@ class ProjectionParams(_Section):
         return v
 
 
-LOCAL_STRATEGIES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
+LOCAL_STRATEGIES = LOCAL_STRATEGY_NAMES  # from the registry: strategies without a framework
 
 
 def _local_strategies(v: list[str]) -> list[str]:
@@ -336,7 +367,6 @@ def _local_strategies(v: list[str]) -> list[str]:
 
 
 LocalStrategies = Annotated[list[str], AfterValidator(_local_strategies)]
-RealDataset = Literal["digits", "mnist", "fashion_mnist", "cifar10"]
 
 
 class ConvergenceParams(_Section):
@@ -472,7 +502,7 @@ class StudyParams(_Section):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _known(values: list[str], valid: tuple[str, ...], what: str) -> list[str]:
+def _known(values: list[str], valid: Sequence[str], what: str) -> list[str]:
     bad = [v for v in values if v not in valid]
     if bad:
         raise ValueError(f"unknown {what} {bad[0]!r}; choose from {', '.join(valid)}")
@@ -643,14 +673,12 @@ def load_params(*paths: str | Path, check_data: bool = True) -> StudyParams:
 def _check_data(params: StudyParams, names: str) -> None:
     root = params.data.path()
     needed = set(params.data.require)
-    if params.training.dataset in ("mnist", "fashion_mnist", "cifar10"):
+    if DATASET_SPECS[params.training.dataset].folder:
         needed.add(params.training.dataset)
-    folders = {"mnist": "mnist", "fashion_mnist": "fashion_mnist",
-               "cifar10": "cifar-10-batches-py"}
     for name in sorted(needed):
-        folder = root / folders[name]
+        folder = root / str(DATASET_SPECS[name].folder)
         if not folder.is_dir():
-            fix = ("run `make data`" if name != "cifar10" else
+            fix = ("run `make data`" if DATASET_SPECS[name].fetchable else
                    "put the python-version CIFAR-10 batches there (see README)")
             raise ParamsError(f"{names}: data.root: {folder} is missing (needed for {name}); {fix}")
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
+from ddlstudy.collectives.registry import ALGORITHMS
 from ddlstudy.strategies import STRATEGIES
 from ddlstudy.trainer import TrainConfig
+from ddlstudy.workloads import DATASETS, MODELS, SHAPES
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -23,6 +26,17 @@ class _OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _one_of(registry: Any, what: str) -> Callable[[str], str]:
+    """An argparse type for a registry's names: a bad one is one line naming the valid ones."""
+    def check(text: str) -> str:
+        if text not in registry:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; valid: "
+                                             f"{', '.join(registry)}")
+        return text
+
+    return check
 
 
 def _bool(text: str) -> bool:
@@ -38,11 +52,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
     """The TrainConfig flags (shared with `python -m ddlstudy.bench train`)."""
     d = defaults or TrainConfig()
     a = parser.add_argument
-    a("--model", default=d.model, help=f"network (default {d.model})")
-    a("--shape", default=d.shape, help="input shape: cifar, mnist, imagenet (default: the "
-      "data set's own; synthetic: cifar)")
-    a("--dataset", default=d.dataset, help=f"synthetic, digits, mnist, fashion_mnist, cifar10 "
-      f"(default {d.dataset})")
+    # Choices come from the registries (ddlstudy.workloads), read when the parser is built.
+    a("--model", default=d.model, type=_one_of(MODELS, "model"), choices=list(MODELS),
+      metavar="MODEL",
+      help=f"one of {', '.join(MODELS)} (default {d.model})")
+    a("--shape", default=d.shape, type=_one_of(SHAPES, "shape"), choices=list(SHAPES),
+      metavar="SHAPE",
+      help=f"input shape: {', '.join(SHAPES)} (default: the data set's own; synthetic: cifar)")
+    a("--dataset", default=d.dataset, type=_one_of(DATASETS, "dataset"),
+      choices=list(DATASETS), metavar="DATASET",
+      help=f"one of {', '.join(DATASETS)} (default {d.dataset})")
     a("--data-root", default=d.data_root, help="folder with the data files (make data)")
     a("--no-verify-data", dest="verify_data", action="store_false", help="load your own "
       "MNIST/Fashion-MNIST/CIFAR-format files without checking the known checksums")
@@ -117,9 +136,12 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="python -m ddlstudy.train", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--strategy", default="allreduce",
+    parser.add_argument("--strategy", default="allreduce", choices=list(STRATEGIES),
+                        type=_one_of(STRATEGIES, "strategy"), metavar="STRATEGY",
                         help=f"one of {', '.join(STRATEGIES)} (default allreduce)")
-    parser.add_argument("--algorithm", default="ring", help="allreduce: collectives algorithm")
+    parser.add_argument("--algorithm", default="ring", choices=list(ALGORITHMS),
+                        type=_one_of(ALGORITHMS, "algorithm"), metavar="ALGORITHM",
+                        help=f"allreduce: one of {', '.join(ALGORITHMS)} (default ring)")
     add_config_arguments(parser)
     add_network_arguments(parser)
     parser.add_argument("--out", default=None, help="write steps.csv, summary.csv, meta.json here")
@@ -160,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             if net:
                 print(f"Network: {net['profile']} x {net['scale']} (emulated), compute "
                       f"x{config.time_dilation:g}", flush=True)
-            result = train(cluster, config, out_dir=args.out, progress=args.progress)
+            result = train(cluster, config, out_dir=args.out, progress=args.progress,
+                           network=net)
     except (ClusterError, ValueError) as err:
         print(f"python -m ddlstudy.train: error: {err}", file=sys.stderr)
         return 2

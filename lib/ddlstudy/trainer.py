@@ -42,22 +42,21 @@ import torch
 from ddlstudy.cluster import RankFailed
 from ddlstudy.strategies import (
     DEFAULT_TIMEOUT_S,
-    PS_STRATEGIES,
     STRATEGIES,
     Layout,
     Strategy,
+    driver_for,
     flat_params,
+    get_strategy,
     make_strategy,
     servers_for,
+    strategy_names,
 )
+from ddlstudy.workloads import DATASETS as DATASET_SPECS
+from ddlstudy.workloads import MODELS as MODEL_SPECS
+from ddlstudy.workloads import SHAPES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-REAL_DATASETS = ("mnist", "fashion_mnist", "cifar10", "digits")
-# Input shape a data set implies when the config names none (digits: its native 8x8).
-_DATASET_SHAPE: dict[str, str | tuple[int, int, int]] = {
-    "synthetic": "cifar", "mnist": "mnist", "fashion_mnist": "mnist", "cifar10": "cifar",
-    "digits": (1, 8, 8),
-}
 STEP_COLUMNS = ["step", "rank", "role", "chunk", "compute_s", "comm_s", "comm_wait_s", "update_s",
                 "idle_s", "step_s", "bytes_sent", "bytes_recv", "loss", "images", "staleness",
                 "source"]
@@ -119,27 +118,28 @@ class TrainConfig:
 
     @property
     def world_size(self) -> int:
-        from ddlstudy.frameworks import TF_PS_STRATEGIES
-
-        # TF parameter servers take one more engine: ClusterCoordinator's chief task.
-        return self.workers + self.n_servers + (self.strategy in TF_PS_STRATEGIES)
+        # Engines beyond workers and servers (TF parameter servers: ClusterCoordinator's chief).
+        return self.workers + self.n_servers + get_strategy(self.strategy).extra_engines
 
     @property
     def input_shape(self) -> str | tuple[int, int, int]:
         if self.shape is not None:
             return self.shape if isinstance(self.shape, str) else tuple(self.shape)
-        return _DATASET_SHAPE.get(self.dataset, "cifar")
+        spec = DATASET_SPECS.get(self.dataset)  # the data set's own shape (digits: 8x8)
+        return spec.shape if spec is not None else "cifar"
 
     @property
     def real_data(self) -> bool:
-        return self.dataset in REAL_DATASETS
+        spec = DATASET_SPECS.get(self.dataset)
+        return spec is not None and spec.real
 
     @property
     def label(self) -> str:
         extra = ""
-        if self.strategy == "allreduce":
+        spec = get_strategy(self.strategy)
+        if spec.algorithm_aware:
             extra = f"/{self.algorithm}" + ("" if self.overlap else "/no-overlap")
-        elif self.strategy in PS_STRATEGIES:
+        elif spec.needs_servers:
             extra = f"/{self.n_servers}srv"
         replay = " replay" if self.compute == "replay" else ""
         return f"{self.strategy}{extra} {self.model} x{self.workers}{replay}"
@@ -147,38 +147,37 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Raise ValueError with one line naming the bad field and the valid choices."""
         from ddlstudy.collectives import ALGORITHMS
-        from ddlstudy.data import DATASETS
-        from ddlstudy.models import INPUT_SHAPES, MODELS
 
         def choice(name: str, value: Any, valid: Any) -> None:
             if value not in valid:
                 raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, valid))}")
 
-        choice("model", self.model, MODELS)
+        choice("model", self.model, MODEL_SPECS)
         choice("strategy", self.strategy, STRATEGIES)
-        from ddlstudy.frameworks import missing
-
-        if (why := missing(self.strategy)) is not None:  # horovod / tensorflow not installed
+        spec = get_strategy(self.strategy)
+        if why := spec.why_missing():  # horovod / tensorflow not installed
             raise ValueError(why)
-        choice("dataset", self.dataset, DATASETS)
+        choice("dataset", self.dataset, DATASET_SPECS)
         choice("dtype", self.dtype, DTYPES)
-        if self.strategy == "allreduce":
+        if spec.algorithm_aware:
             choice("algorithm", self.algorithm, ALGORITHMS)
         if isinstance(self.shape, str):
-            choice("shape", self.shape, INPUT_SHAPES)
+            choice("shape", self.shape, SHAPES)
         for name in ("workers", "batch_size", "steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.strategy == "single" and self.workers != 1:
-            raise ValueError(f"strategy single runs on 1 worker, got workers={self.workers}: "
+        if spec.family == "single" and self.workers != 1:
+            raise ValueError(f"strategy {self.strategy} runs on 1 worker, "
+                             f"got workers={self.workers}: "
                              "pass workers=1 (and batch_size = N x b to compare with N workers)")
-        if self.strategy in PS_STRATEGIES and self.n_servers < 1:
+        if spec.needs_servers and self.n_servers < 1:
             raise ValueError(f"{self.strategy} needs servers >= 1, got {self.servers}")
-        if self.servers and self.strategy not in PS_STRATEGIES:
-            raise ValueError(f"servers={self.servers} only applies to {', '.join(PS_STRATEGIES)}")
+        if self.servers and not spec.needs_servers:
+            raise ValueError(f"servers={self.servers} only applies to "
+                             f"{', '.join(strategy_names(family='ps'))}")
         if not (0 < self.lr < math.inf and 0 < self.bucket_mb <= 1 << 16):
             raise ValueError(f"lr must be finite and > 0 and bucket_mb in (0, 65536], got "
                              f"lr={self.lr}, bucket_mb={self.bucket_mb}")
@@ -426,10 +425,14 @@ def replay_seconds(cluster: Any, config: TrainConfig, timeout_s: float = 600) ->
                                config.batch_size)
 
 
-def network_info(cluster: Any) -> dict[str, Any]:
-    """What network the cluster's engines talk over, for the records (set by
-    `grid.emulated_cluster`; plain clusters: none, unshaped)."""
-    info = getattr(cluster, "network_info", None)
+def network_info(cluster: Any = None, network: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What network the engines talk over, for the records: `network` as the caller passes it
+    to train() (grid.emulated_cluster yields it with the cluster), else none, unshaped.
+
+    Transitional: a cluster that still carries a `network_info` attribute (set by older
+    callers) is read when no `network` is passed; pass `network=` instead.
+    """
+    info = network if network is not None else getattr(cluster, "network_info", None)
     if info:
         return dict(info)
     return {"profile": "none", "scale": None, "latency_emulated": False,
@@ -445,7 +448,8 @@ def _chunk_size(remaining: int, step_time: float | None, cap: int, to_boundary: 
 
 
 def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
-          progress: bool = True, *, return_weights: bool = False) -> TrainResult:
+          progress: bool = True, *, return_weights: bool = False,
+          network: dict[str, Any] | None = None) -> TrainResult:
     """Run `config` on the cluster's engines (ranks 0..world_size-1); write records to out_dir.
 
     The cluster needs workers + servers engines. Raises ValueError for a bad config (one line),
@@ -455,12 +459,10 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     from tqdm.auto import tqdm
 
     config.validate()
-    from ddlstudy import frameworks
-
-    if config.strategy in frameworks.TF_STRATEGIES:  # TF has its own driver, same records
-        from ddlstudy.frameworks.tf_strategies import train as tf_train
-
-        return tf_train(cluster, config, out_dir, progress, return_weights=return_weights)
+    own_driver = driver_for(config.strategy)
+    if own_driver is not None:  # TF has its own driver, same records
+        return own_driver(cluster, config, out_dir, progress, return_weights=return_weights,
+                          network=network)
     world = config.world_size
     if cluster.size < world:
         raise ValueError(f"{config.strategy} with {config.workers} workers and "
@@ -470,7 +472,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     cluster.init_process_group(world_size=world, timeout_s=timeout_s)
     run_id = uuid.uuid4().hex[:12]
     replay_s = replay_seconds(cluster, config) if config.compute == "replay" else math.nan
-    net = network_info(cluster)
+    net = network_info(cluster, network)
     rows: list[dict[str, Any]] = []
     chunks: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
@@ -607,12 +609,13 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         else math.nan
     last = workers[workers["step"] == workers["step"].max()]["loss"].mean() if len(workers) \
         else math.nan
-    stale = servers["staleness"].dropna() if config.strategy == "ps_async" else pd.Series()
+    spec = get_strategy(config.strategy)
+    stale = servers["staleness"].dropna() if spec.records_staleness else pd.Series()
     row = {
         "strategy": config.strategy,
-        "algorithm": config.algorithm if config.strategy == "allreduce" else "",
-        "overlap": config.overlap if config.strategy == "allreduce" else "",
-        "bucket_mb": config.bucket_mb if config.strategy in ("allreduce", "ddp") else math.nan,
+        "algorithm": config.algorithm if spec.algorithm_aware else "",
+        "overlap": config.overlap if spec.algorithm_aware else "",
+        "bucket_mb": config.bucket_mb if "bucket_mb" in spec.options else math.nan,
         "model": config.model,
         "shape": str(config.input_shape),
         "dataset": config.dataset,
@@ -639,7 +642,7 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         "server_bytes_recv_per_step": (float(servers["bytes_recv"].sum()) / timed_steps
                                        if len(servers) and timed_steps else math.nan),
         # ddp's bytes are 2(N-1)/N x the bucket bytes its hook saw, not counted on the wire
-        "bytes_source": "analytic" if config.strategy in ("ddp", "horovod") else "counted",
+        "bytes_source": spec.bytes_source,
         "server_update_s": med(servers, "update_s"),
         "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
         "staleness_max": float(stale.max()) if len(stale) else math.nan,

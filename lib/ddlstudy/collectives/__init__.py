@@ -4,9 +4,9 @@
   `Traffic`; `transports`: torch.distributed (`DistTransport`) or in-process threads
   (`LocalTransport`);
 - `registry`: the one registry of algorithms (`ALGORITHMS`: name -> `Algorithm` with its code,
-  analytic traffic and alpha-beta-gamma cost terms); one short file per family registers its
-  own: `ring` (ring, ring_pipelined), `halving` (recursive_doubling, rabenseifner), `tree`,
-  `ps` (ps, ps_sharded), `reference` (torch's own all_reduce);
+  analytic traffic and alpha-beta-gamma cost terms), torch-free; the code lives in one short
+  file per family: `ring` (ring, ring_pipelined), `halving` (recursive_doubling, rabenseifner),
+  `tree`, `ps` (ps, ps_sharded); `reference` is torch's own all_reduce;
 - `api`: `all_reduce(tensor, algorithm, op, group)`, the public entry;
 - `simulate`: `run_local`, the algorithms over in-process ranks (no network), bit-identical to
   the distributed run; `drift`: `bracketing_drift`, each algorithm's float32 rounding (Fourie
@@ -14,32 +14,14 @@
 - `verify` and `timing`: engine-side self-checks and timing that `ddlstudy.bench.collectives`
   runs.
 
-Adding an algorithm: docs/extending.md.
+Importing this package loads only the registry (no torch); every other name is imported from
+its file on first use. Adding an algorithm: docs/extending.md.
 """
 
 from __future__ import annotations
 
-# Family files register their algorithms on import; this order is the registry's order.
-# isort: off
-from ddlstudy.collectives import ring  # noqa: F401
-from ddlstudy.collectives import halving  # noqa: F401
-from ddlstudy.collectives import tree  # noqa: F401
-from ddlstudy.collectives import ps  # noqa: F401
-from ddlstudy.collectives import reference  # noqa: F401
-# isort: on
-from ddlstudy.collectives.api import all_reduce
-from ddlstudy.collectives.common import (
-    DEFAULT_TIMEOUT_S,
-    OPS,
-    PIPELINE_SEGMENT_BYTES,
-    Comm,
-    Traffic,
-    bounds,
-)
-from ddlstudy.collectives.drift import bracketing_drift
-from ddlstudy.collectives.halving import rabenseifner, recursive_doubling
-from ddlstudy.collectives.ps import ps as ps_allreduce
-from ddlstudy.collectives.ps import ps_sharded
+import importlib
+
 from ddlstudy.collectives.registry import (
     ALGORITHMS,
     Algorithm,
@@ -50,32 +32,27 @@ from ddlstudy.collectives.registry import (
     register_algorithm,
     unregister_algorithm,
 )
-from ddlstudy.collectives.ring import ring as ring_allreduce
-from ddlstudy.collectives.ring import ring_pipelined
-from ddlstudy.collectives.simulate import run_local
-from ddlstudy.collectives.timing import time_algorithm
-from ddlstudy.collectives.transports import DistTransport, LocalTransport
-from ddlstudy.collectives.tree import tree as tree_allreduce
-from ddlstudy.collectives.verify import (
-    count_wrong,
-    probe_error,
-    rank_data,
-    selfcheck,
-    selfcheck_many,
-)
 
-__all__ = [
-    "ALGORITHMS", "DEFAULT_TIMEOUT_S", "OPS", "PIPELINE_SEGMENT_BYTES", "Algorithm", "Comm",
-    "DistTransport", "LocalTransport", "Traffic", "all_reduce", "analytic_traffic", "bounds",
-    "bracketing_drift", "cost_terms", "count_wrong", "get_algorithm", "hand_written",
-    "probe_error", "ps_allreduce", "ps_sharded", "rabenseifner", "rank_data",
-    "recursive_doubling", "register_algorithm", "ring_allreduce", "ring_pipelined", "run_local",
-    "selfcheck", "selfcheck_many", "time_algorithm", "tree_allreduce", "unregister_algorithm",
-]
+_LAZY = {
+    "common": ("DEFAULT_TIMEOUT_S", "OPS", "PIPELINE_SEGMENT_BYTES", "Comm", "Traffic", "bounds"),
+    "transports": ("DistTransport", "LocalTransport"),
+    "api": ("all_reduce",),
+    "simulate": ("run_local",),
+    "drift": ("bracketing_drift",),
+    "verify": ("count_wrong", "probe_error", "rank_data", "selfcheck", "selfcheck_many"),
+    "timing": ("time_algorithm",),
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
+
+__all__ = ["ALGORITHMS", "HAND_WRITTEN", "Algorithm", "analytic_traffic", "cost_terms",
+           "get_algorithm", "hand_written", "register_algorithm", "unregister_algorithm",
+           *_WHERE]
 
 
 def __getattr__(name: str) -> object:
-    """HAND_WRITTEN stays a live view of the registry (old import path)."""
+    """Load a name from its file on first use; HAND_WRITTEN is a live view of the registry."""
     if name == "HAND_WRITTEN":
         return hand_written()
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"ddlstudy.collectives.{_WHERE[name]}"), name)
     raise AttributeError(f"module 'ddlstudy.collectives' has no attribute {name!r}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from ddlstudy.collectives.common import Comm, bounds, lg
-from ddlstudy.collectives.registry import Algorithm, register_algorithm
 
 
 def _fold_in(c: Comm, x: torch.Tensor) -> int:
@@ -141,9 +140,3 @@ def rabenseifner_terms(n: float, p: int, segment_bytes: int) -> tuple[float, flo
     frac = (pof2 - 1) / pof2
     f = _fold_terms(n, p)
     return 2 * lg(p) + f[0], 2 * frac * n + f[1], frac * n + f[2]
-
-
-register_algorithm(Algorithm("recursive_doubling", recursive_doubling, doubling_traffic,
-                             doubling_terms, "butterfly: lg p full-buffer exchanges"))
-register_algorithm(Algorithm("rabenseifner", rabenseifner, rabenseifner_traffic,
-                             rabenseifner_terms, "recursive halving + doubling"))

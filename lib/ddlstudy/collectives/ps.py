@@ -5,8 +5,6 @@ from __future__ import annotations
 import torch
 
 from ddlstudy.collectives.common import Comm, _pieces
-from ddlstudy.collectives.registry import Algorithm, register_algorithm
-from ddlstudy.collectives.ring import ring_terms, ring_traffic
 
 
 def ps(c: Comm, x: torch.Tensor) -> None:
@@ -58,8 +56,3 @@ def ps_traffic(nbytes: int, p: int, rank: int) -> tuple[int, int]:
 def ps_terms(n: float, p: int, segment_bytes: int) -> tuple[float, float, float]:
     """The server's link carries p-1 buffers in and p-1 out, one after another."""
     return 2 * (p - 1), 2 * (p - 1) * n, (p - 1) * n
-
-
-register_algorithm(Algorithm("ps", ps, ps_traffic, ps_terms, "central server on rank 0"))
-register_algorithm(Algorithm("ps_sharded", ps_sharded, ring_traffic, ring_terms,
-                             "every rank serves 1/p"))

@@ -1,40 +1,44 @@
 """The one registry of all-reduce algorithms: name -> `Algorithm` (code, traffic, cost terms).
 
 Everything that needs the list of algorithms (params validation, the bench's choices, the cost
-model, the simulator, tests, docs) reads `ALGORITHMS`; a family file registers its algorithms
-with `register_algorithm` when the package is imported. See docs/extending.md.
+model, the simulator, tests, docs) reads `ALGORITHMS`. Torch-free: an entry names its code as
+"module:attr" (imported on first use), so params and its CLI can read the names cheaply.
+Adding an algorithm is one function + one `register_algorithm` call (docs/extending.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
+from ddlstudy.lazy import resolve
 
-from ddlstudy.collectives.common import Comm
+if TYPE_CHECKING:
+    import torch
 
-RunFn = Callable[[Comm, torch.Tensor], None]
-# (nbytes, world size, rank) -> (sent, received) bytes on that rank.
-TrafficFn = Callable[[int, int, int], tuple[int, int]]
-# (nbytes, world size, segment bytes) -> (alpha, beta, gamma) coefficients of the step time.
-TermsFn = Callable[[float, int, int], tuple[float, float, float]]
+    from ddlstudy.collectives.common import Comm
+
+# run: (Comm, flat tensor) -> None, reducing in place.
+# traffic: (nbytes, world size, rank) -> (sent, received) bytes on that rank (p >= 2).
+# terms: (nbytes, world size, segment bytes) -> (alpha, beta, gamma) coefficients (p >= 2).
+Code = Callable[..., Any] | str
 
 
 @dataclass(frozen=True)
 class Algorithm:
     """One all-reduce algorithm and what the rest of ddlstudy needs to know about it.
 
-    run: the hand-written code on a `Comm` (None: the library's own all_reduce, dispatched by
-    `all_reduce`); traffic: analytic bytes per rank from its structure (not its code), which the
+    run: the hand-written code on a `Comm` (None: the library's own all_reduce, which `all_reduce`
+    dispatches to torch); traffic: bytes per rank from its structure (not its code), which the
     tests compare with the bytes `Comm` counted; terms: alpha-beta-gamma coefficients
     (Thakur, Rabenseifner & Gropp 2005) that `costmodel` turns into seconds.
     """
 
     name: str
-    run: RunFn | None
-    traffic: TrafficFn
-    terms: TermsFn
+    run: Code | None
+    traffic: Code
+    terms: Code
     summary: str = ""
 
     @property
@@ -45,7 +49,18 @@ class Algorithm:
         if self.run is None:
             raise ValueError(f"{self.name!r} is the library's all_reduce: it needs a process "
                              "group (use all_reduce(), not the in-process simulator)")
-        self.run(c, x)
+        resolve(self.run)(c, x)
+
+    def bytes_moved(self, nbytes: int, p: int, rank: int) -> tuple[int, int]:
+        """(sent, received) bytes on `rank` (0 on one rank)."""
+        return (0, 0) if p == 1 else tuple(resolve(self.traffic)(nbytes, p, rank))
+
+    def cost_terms(self, nbytes: float, p: int, segment_bytes: int) -> tuple[float, float, float]:
+        """(alpha, beta, gamma) coefficients of its time (0 on one rank)."""
+        if p < 1:
+            raise ValueError(f"p must be >= 1, got {p}")
+        return (0.0, 0.0, 0.0) if p == 1 else tuple(resolve(self.terms)(float(nbytes), p,
+                                                                           segment_bytes))
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
@@ -60,7 +75,7 @@ def register_algorithm(algorithm: Algorithm) -> Algorithm:
 
 
 def unregister_algorithm(name: str) -> None:
-    """Remove an algorithm (tests and docs examples register toys and clean up)."""
+    """Remove an algorithm (tests and the docs' example register toys and clean up)."""
     ALGORITHMS.pop(name, None)
 
 
@@ -82,18 +97,38 @@ def analytic_traffic(algorithm: str, nbytes: int, world_size: int, rank: int) ->
     Exact when the element count divides evenly by the world size (by the largest power of two
     <= p for the halving algorithms); otherwise within one element per message.
     """
-    alg = get_algorithm(algorithm)
-    if world_size == 1:
-        return 0, 0
-    return alg.traffic(nbytes, world_size, rank)
+    return get_algorithm(algorithm).bytes_moved(nbytes, world_size, rank)
 
 
 def cost_terms(algorithm: str, nbytes: float, p: int,
                segment_bytes: int) -> tuple[float, float, float]:
     """The (alpha, beta, gamma) coefficients: T = a*alpha + b*beta + g*gamma."""
-    alg = get_algorithm(algorithm)
-    if p < 1:
-        raise ValueError(f"p must be >= 1, got {p}")
-    if p == 1:
-        return 0.0, 0.0, 0.0
-    return alg.terms(float(nbytes), p, segment_bytes)
+    return get_algorithm(algorithm).cost_terms(nbytes, p, segment_bytes)
+
+
+def _builtin(name: str, run: str | None, traffic: str, terms: str, summary: str) -> None:
+    """A built-in algorithm; code named as "file:function" inside ddlstudy.collectives."""
+    def full(ref: str) -> str:
+        return f"ddlstudy.collectives.{ref}"
+
+    register_algorithm(Algorithm(name, full(run) if run else None, full(traffic), full(terms),
+                                 summary))
+
+
+# The built-in algorithms, in the order tables and benches list them; code in one file per family.
+_builtin("ring", "ring:ring", "ring:ring_traffic", "ring:ring_terms",
+         "reduce-scatter + all-gather, synchronous steps")
+_builtin("ring_pipelined", "ring:ring_pipelined", "ring:ring_traffic",
+         "ring:ring_pipelined_terms", "ring with segments in flight across steps")
+_builtin("recursive_doubling", "halving:recursive_doubling", "halving:doubling_traffic",
+         "halving:doubling_terms", "butterfly: lg p full-buffer exchanges")
+_builtin("rabenseifner", "halving:rabenseifner", "halving:rabenseifner_traffic",
+         "halving:rabenseifner_terms", "recursive halving + doubling")
+_builtin("tree", "tree:tree", "tree:tree_traffic", "tree:tree_terms",
+         "binomial reduce + broadcast")
+_builtin("ps", "ps:ps", "ps:ps_traffic", "ps:ps_terms", "central server on rank 0")
+_builtin("ps_sharded", "ps:ps_sharded", "ring:ring_traffic", "ring:ring_terms",
+         "every rank serves 1/p of the buffer")
+# gloo's CPU all_reduce is a ring at these sizes: its bytes and cost terms are the ring's.
+_builtin("reference", None, "ring:ring_traffic", "ring:ring_terms",
+         "torch.distributed.all_reduce (library; bytes analytic)")

@@ -11,7 +11,6 @@ import math
 import torch
 
 from ddlstudy.collectives.common import Comm, _pieces
-from ddlstudy.collectives.registry import Algorithm, register_algorithm
 from ddlstudy.collectives.transports import Handle
 
 
@@ -93,9 +92,3 @@ def ring_pipelined_terms(n: float, p: int, segment_bytes: int) -> tuple[float, f
     s = max(1, math.ceil(n / p / segment_bytes))
     frac = (p - 1) / p
     return 2 * (p - 1) * s, 2 * frac * n, frac * n / s
-
-
-register_algorithm(Algorithm("ring", ring, ring_traffic, ring_terms,
-                             "reduce-scatter + all-gather, synchronous steps"))
-register_algorithm(Algorithm("ring_pipelined", ring_pipelined, ring_traffic,
-                             ring_pipelined_terms, "ring with segments in flight"))

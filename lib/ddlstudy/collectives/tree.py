@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from ddlstudy.collectives.common import Comm, clg
-from ddlstudy.collectives.registry import Algorithm, register_algorithm
 
 
 def tree(c: Comm, x: torch.Tensor) -> None:
@@ -55,7 +54,3 @@ def tree_terms(n: float, p: int, segment_bytes: int) -> tuple[float, float, floa
     """Depth ceil(lg p) down and up, a full buffer per level."""
     d = clg(p)
     return 2 * d, 2 * d * n, d * n
-
-
-register_algorithm(Algorithm("tree", tree, tree_traffic, tree_terms,
-                             "binomial reduce + broadcast"))

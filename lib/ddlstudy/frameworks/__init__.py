@@ -25,7 +25,7 @@ def _register() -> None:
     register_strategy(StrategySpec(
         "horovod", "ddlstudy.frameworks.horovod:Horovod", family="allreduce",
         framework="horovod", options=("bucket_mb",), bytes_source="analytic",
-        step_model="allreduce_step", missing=partial(missing, "horovod"),
+        missing=partial(missing, "horovod"),
         summary="Horovod's gloo ring through hvd.DistributedOptimizer"))
     tf = dict(factory=None, driver="ddlstudy.frameworks.tf_strategies:train",
               framework="tensorflow", bytes_source="counted")

@@ -365,7 +365,7 @@ def _chunk_rows(results: list[dict[str, Any]], index: int) -> tuple[list[dict[st
 
 
 def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True, *,
-          return_weights: bool = False) -> Any:
+          return_weights: bool = False, network: dict[str, Any] | None = None) -> Any:
     """Run a TF strategy on the cluster's first engines; same TrainResult as trainer.train."""
     import pandas as pd
     from tqdm.auto import tqdm
@@ -430,7 +430,7 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
     chunks_df = pd.DataFrame(chunks, columns=["chunk", "steps", "wall_s", "images",
                                               "images_per_sec"])
     evals_df = pd.DataFrame(columns=["epoch", "step", "test_accuracy", "test_loss", "test_size"])
-    net = trainer.network_info(cluster)
+    net = trainer.network_info(cluster, network)
     summary = trainer.summarize(config, steps_df, chunks_df, evals_df, n_params, network=net)
     summary["bytes_source"] = "analytic"
     stale = steps_df["staleness"].dropna()

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ddlstudy.strategies.base import StepStats, Strategy
-from ddlstudy.strategies.registry import StrategySpec, register_strategy
 
 
 @dataclass
@@ -182,10 +181,3 @@ class AllReduce(Strategy):
             self._todo.put(None)
             self._thread.join(timeout=10)
             self._thread = None
-
-
-register_strategy(StrategySpec(
-    "allreduce", AllReduce, family="allreduce", options=("algorithm", "bucket_mb", "overlap",
-                                                         "group"),
-    step_model="allreduce_step",
-    summary="bucketed all-reduce with a ddlstudy.collectives algorithm, overlapped or not"))

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from ddlstudy.strategies.base import BACKWARD_SHARE, StepStats, Strategy, _nbytes, _sleep_until
-from ddlstudy.strategies.registry import StrategySpec, register_strategy
 
 
 class _DDPCommState:
@@ -174,9 +173,3 @@ class DDP(Strategy):
         return StepStats(loss=loss, compute_s=t1 - t0, comm_s=self.state.busy_s,
                          comm_wait_s=math.nan, update_s=t2 - t1, step_s=t2 - t0,
                          bytes_sent=wire, bytes_recv=wire, images=len(x))
-
-
-register_strategy(StrategySpec(
-    "ddp", DDP, family="allreduce", options=("bucket_mb",), bytes_source="analytic",
-    step_model="allreduce_step",
-    summary="torch DistributedDataParallel: the library reference"))

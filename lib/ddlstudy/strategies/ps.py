@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from ddlstudy.strategies.base import StepStats, Strategy, _nbytes, _wait, flat_params
-from ddlstudy.strategies.registry import StrategySpec, register_strategy
 
 # PS message kinds and tags.
 GRAD, STOP = 1, 2
@@ -218,13 +217,3 @@ class PSAsync(ParameterServer):
 class PSSharded(ParameterServer):
     name = "ps_sharded"
     sync = True
-
-
-_PS = dict(family="ps", bytes_source="counted", step_model="ps_step")
-register_strategy(StrategySpec("ps_sync", PSSync, default_servers=1, **_PS,
-                               summary="push gradients, one server averages, pull weights"))
-register_strategy(StrategySpec("ps_async", PSAsync, default_servers=1, sync=False,
-                               records_staleness=True, **_PS,
-                               summary="the server applies each push as it arrives"))
-register_strategy(StrategySpec("ps_sharded", PSSharded, default_servers=2, **_PS,
-                               summary="S servers, each owning 1/S of the parameters"))

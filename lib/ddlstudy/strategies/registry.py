@@ -2,20 +2,24 @@
 
 Everything that needs to know about strategies - params validation, the CLI's choices, the
 trainer's branches (servers, staleness, bytes source, which driver), the cost model's step
-function, tests and docs - asks the registry instead of listing names. Adding a strategy is one
-class plus one `register_strategy` call (docs/extending.md).
+function, tests and docs - asks the registry instead of listing names. Torch-free: an entry
+names its class as "module:attr" (imported when a run builds it), so params and its CLI read the
+registry cheaply. Adding a strategy is one class plus one `register_strategy` call
+(docs/extending.md).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+from ddlstudy.lazy import resolve
 
-from ddlstudy.strategies.base import Layout, Strategy
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ddlstudy.strategies.base import Strategy
 
 FAMILIES = ("single", "ps", "allreduce")
 BYTES_SOURCES = ("counted", "analytic")
@@ -32,7 +36,8 @@ class StrategySpec:
     own driver (`driver`, "module:function" with trainer.train's signature).
     family: single / ps / allreduce (how gradients meet); framework: None for ddlstudy's own,
     else the framework's name. default_servers: server processes when the config names none
-    (0: the strategy has no servers). options: which of OPTIONS its constructor takes
+    (0: the strategy has no servers); servers_configurable: a config's `servers` sets the count
+    (else the default is the count). options: which of OPTIONS its constructor takes
     (`algorithm` makes it algorithm-aware). bytes_source: "counted" (bytes observed on the wire
     by ddlstudy) or "analytic" (computed from the buffer sizes). records_staleness: its servers
     record update staleness (async). step_model: the costmodel function that predicts its step
@@ -48,6 +53,7 @@ class StrategySpec:
     framework: str | None = None
     sync: bool = True
     default_servers: int = 0
+    servers_configurable: bool = False
     options: tuple[str, ...] = ()
     bytes_source: str = "counted"
     records_staleness: bool = False
@@ -68,6 +74,8 @@ class StrategySpec:
             problems.append("give exactly one of factory (a Strategy) and driver (own driver)")
         if self.family == "ps" and self.default_servers < 1:
             problems.append("a ps strategy needs default_servers >= 1")
+        if self.servers_configurable and not self.default_servers:
+            problems.append("servers_configurable needs default_servers >= 1")
         if self.family != "ps" and self.default_servers:
             problems.append("only ps strategies have servers")
         if problems:
@@ -95,18 +103,10 @@ class StrategySpec:
         if self.factory is None:
             raise ValueError(f"{self.name} runs under its own driver ({self.driver}), "
                              "not as a Strategy object: use trainer.train")
-        return _resolve(self.factory)(model, **kw)
+        return resolve(self.factory)(model, **kw)
 
 
 STRATEGIES: dict[str, StrategySpec] = {}
-
-
-def _resolve(target: Any) -> Any:
-    """A "module:attr" string -> the attribute (imported now); anything else as is."""
-    if not isinstance(target, str):
-        return target
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def register_strategy(spec: StrategySpec) -> StrategySpec:
@@ -147,7 +147,7 @@ def servers_for(strategy: str, servers: int | None) -> int:
 def driver_for(strategy: str) -> Callable[..., Any] | None:
     """The strategy's own driver (trainer.train's signature), None for Strategy objects."""
     spec = get_strategy(strategy)
-    return _resolve(spec.driver) if spec.driver else None
+    return resolve(spec.driver) if spec.driver else None
 
 
 def make_strategy(name: str, model: nn.Module, *, rank: int = 0, workers: int = 1,
@@ -158,9 +158,39 @@ def make_strategy(name: str, model: nn.Module, *, rank: int = 0, workers: int = 
     (allreduce: algorithm, bucket_mb, overlap, group; ddp: bucket_mb). Options a strategy does
     not declare are dropped, so one config serves every strategy.
     """
+    from ddlstudy.strategies.base import Layout
+
     spec = get_strategy(name)
     layout = Layout(workers, servers_for(name, servers))
     if spec.family == "single" and workers != 1:
         raise ValueError(f"strategy {name} runs on one worker, got workers={workers}")
     kw = {k: v for k, v in kw.items() if k not in OPTIONS or k in spec.options}
     return spec.build(model, rank=rank, layout=layout, **kw)
+
+
+# The built-in strategies, in the order tables list them; code in one file per family.
+# Horovod and TensorFlow register from ddlstudy.frameworks (imported at the end).
+register_strategy(StrategySpec(
+    "single", "ddlstudy.strategies.single:Single", family="single",
+    summary="one process, plain SGD: the reference every strategy must reproduce"))
+register_strategy(StrategySpec(
+    "ps_sync", "ddlstudy.strategies.ps:PSSync", family="ps", default_servers=1,
+    step_model="ps_step", summary="push gradients, one server averages, pull weights"))
+register_strategy(StrategySpec(
+    "ps_async", "ddlstudy.strategies.ps:PSAsync", family="ps", default_servers=1, sync=False,
+    records_staleness=True, step_model="ps_step",
+    summary="the server applies each push as it arrives"))
+register_strategy(StrategySpec(
+    "ps_sharded", "ddlstudy.strategies.ps:PSSharded", family="ps", default_servers=2,
+    servers_configurable=True,
+    step_model="ps_step", summary="S servers, each owning 1/S of the parameters"))
+register_strategy(StrategySpec(
+    "allreduce", "ddlstudy.strategies.allreduce:AllReduce", family="allreduce",
+    options=("algorithm", "bucket_mb", "overlap", "group"), step_model="allreduce_step",
+    summary="bucketed all-reduce with a ddlstudy.collectives algorithm, overlapped or not"))
+register_strategy(StrategySpec(
+    "ddp", "ddlstudy.strategies.ddp:DDP", family="allreduce", options=("bucket_mb",),
+    bytes_source="analytic", step_model="allreduce_step",
+    summary="torch DistributedDataParallel: the library reference"))
+
+import ddlstudy.frameworks  # noqa: E402, F401, I001 - registers horovod and tf_*

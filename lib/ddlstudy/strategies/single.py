@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from ddlstudy.strategies.base import StepStats, Strategy
-from ddlstudy.strategies.registry import StrategySpec, register_strategy
 
 
 class Single(Strategy):
@@ -29,8 +28,3 @@ class Single(Strategy):
         t2 = time.perf_counter()
         return StepStats(loss=loss, compute_s=t1 - t0, update_s=t2 - t1, step_s=t2 - t0,
                          images=len(x))
-
-
-register_strategy(StrategySpec(
-    "single", Single, family="single",
-    summary="one process, plain SGD: the reference every strategy must reproduce"))
