@@ -49,6 +49,7 @@ NETWORKS = LiveNames(lambda: ("none", *PROFILES))
 CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_ring",
             "04_utilization_traffic", "05_network_profiles", "06_projection", "99_conclusions")
 CHAPTERS += ("08_convergence", "09_batch_size")  # training dynamics (ddlstudy.dynamics)
+CHAPTERS += ("07_frameworks",)  # Horovod and TensorFlow beside ddlstudy's own (frameworks/)
 
 # Input limits: a params file is a few KB; these stop a small file allocating gigabytes.
 MAX_FILE_BYTES = 1 << 20
@@ -385,6 +386,8 @@ class ConvergenceParams(_Section):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     async_workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
     async_model: ModelName = "mlp"
+    mlp_activation: Literal["sigmoid", "relu", "tanh"] = Field(
+        "sigmoid", description="the MLP's activation (Fourie 2019's Genann: sigmoid)")
     bracketing_algorithms: list[str] = Field(default_factory=lambda: [
         "ring", "tree", "recursive_doubling", "reference"])
     bracketing_dataset: RealDataset = "mnist"
@@ -453,6 +456,41 @@ class BatchSizeParams(_Section):
         return _known([v], NETWORKS[1:], "network profile")[0]
 
 
+class FrameworksParams(_Section):
+    """Chapter 07: Horovod and TensorFlow beside ddlstudy's own strategies and torch DDP on the
+    same links (Wang (NCHC): TF parameter servers vs Horovod; Shi 2019: TF PS vs Horovod ring).
+    Profile "none": loopback, unshaped (then compute should be real)."""
+
+    strategies: list[str] = Field(default_factory=lambda: [
+        "horovod", "tf_ps_sync", "tf_allreduce", "ps_sync", "allreduce", "ddp"])
+    model: ModelName = "resnet50"
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
+    profiles: list[str] = Field(default_factory=lambda: ["10GbE", "IB-EDR"])
+    algorithm: AlgorithmName = "ring_pipelined"
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(3, ge=1, le=10_000_000)
+    warmup_steps: int = Field(1, ge=0, le=1_000_000)
+    compute: str = Field("replay", pattern="^(real|replay)$")
+    replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
+    repeats: int = Field(1, ge=1, le=100, description="interleaved repeats per cell (1: the "
+                         "timed chunks of each run give the spread, labelled so)")
+    timeline: bool = Field(True, description="record and draw one Horovod run's timeline")
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategies(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one strategy, e.g. [horovod, tf_ps_sync]")
+        return _known(v, STRATEGY_NAMES, "strategy")
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one profile, e.g. [10GbE, IB-EDR] (none: loopback)")
+        return _known(v, NETWORKS, "network profile")
+
+
 class ReportParams(_Section):
     chapters: list[str] = Field(default_factory=lambda: list(CHAPTERS))
     kernel: str = "python3"
@@ -481,6 +519,7 @@ class StudyParams(_Section):
     projection: ProjectionParams = Field(default_factory=ProjectionParams)
     convergence: ConvergenceParams = Field(default_factory=ConvergenceParams)
     batch_sweep: BatchSizeParams = Field(default_factory=BatchSizeParams)
+    frameworks: FrameworksParams = Field(default_factory=FrameworksParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
     @model_validator(mode="after")

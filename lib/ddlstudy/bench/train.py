@@ -12,6 +12,8 @@ under OUT/<variant>-<repeat>/, and meta.json.
         --variants allreduce,allreduce_no_overlap,ddp,ps_sync
     python -m ddlstudy.bench train --model resnet50 --workers 4 --variants allreduce,ddp \\
         --network 10GbE --compute replay --replay-source gpu --goal 0.95   # as root
+    python -m ddlstudy.bench train --model resnet50 --workers 4 --variants horovod,ddp \\
+        --network 10GbE --compute replay --replay-source gpu --steps 4    # Horovod vs DDP
 
 With --network every engine runs in its own namespace on a shaped link (ddlstudy.netem) and
 replayed compute is stretched by 1/scale; the allreduce/ddp ratio then comes with a bootstrap
@@ -46,7 +48,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ps_async": {"strategy": "ps_async"},
     "ps_sharded": {"strategy": "ps_sharded"},
     "single": {"strategy": "single", "workers": 1},
+    "horovod": {"strategy": "horovod"},
 }
+# variants compared with ddp (images/sec ratio, with an interval when repeated)
+VS_DDP = ("allreduce", "allreduce_no_overlap", "horovod")
 DEFAULT_VARIANTS = "allreduce,allreduce_no_overlap,ddp"
 DEFAULTS = TrainConfig(model="resnet18", shape="cifar", dataset="synthetic", workers=2,
                        batch_size=32, steps=8, warmup_steps=2, bucket_mb=25.0, eval=False)
@@ -92,11 +97,12 @@ def format_table(df: pd.DataFrame, columns: list[str]) -> str:
 
 
 def ratios(table: pd.DataFrame) -> dict[str, float]:
-    """images/sec of each all-reduce variant over ddp's (the goal is >= 0.9 with overlap)."""
+    """images/sec of each all-reduce variant (and Horovod) over ddp's (the goal, >= 0.9, is
+    the overlapped allreduce's)."""
     ips = table.set_index("variant")["images_per_sec"]
     out = {}
     if "ddp" in ips:
-        for v in ("allreduce", "allreduce_no_overlap"):
+        for v in VS_DDP:
             if v in ips:
                 out[f"{v}/ddp"] = float(ips[v] / ips["ddp"])
     return out
@@ -120,14 +126,14 @@ def pooled_table(results: pd.DataFrame, chunks: pd.DataFrame, workers: dict[str,
     return pd.DataFrame(rows)
 
 
-def _interval(results: pd.DataFrame) -> dict[str, Any]:
-    """allreduce/ddp images/sec with a paired bootstrap interval over the interleaved repeats."""
+def _interval(results: pd.DataFrame, variant: str = "allreduce") -> dict[str, Any]:
+    """variant/ddp images/sec with a paired bootstrap interval over the interleaved repeats."""
     from ddlstudy import stats
 
-    if not {"allreduce", "ddp"} <= set(results["variant"]):
+    if not {variant, "ddp"} <= set(results["variant"]):
         return {}
     ips = results.pivot(index="repeat", columns="variant", values="images_per_sec")
-    est = stats.ratio_ci(ips["allreduce"], ips["ddp"], paired=True)
+    est = stats.ratio_ci(ips[variant], ips["ddp"], paired=True)
     return {"value": est.value, "low": est.low, "high": est.high, "n": est.n,
             "method": est.method}
 
@@ -139,6 +145,14 @@ def goal_verdict(interval: dict[str, Any], goal: float) -> str:
     lo, hi = interval["low"], interval["high"]
     word = "met" if lo >= goal else "NOT met" if hi < goal else "inconclusive"
     return (f"(goal >= {goal}: {word}; 95 % interval [{lo:.3f}, {hi:.3f}] over "
+            f"{interval['n']} interleaved repeats)")
+
+
+def interval_text(interval: dict[str, Any]) -> str:
+    """'(95 % interval [lo, hi] over n interleaved repeats)', or why there is none."""
+    if not interval or not all(math.isfinite(interval[k]) for k in ("low", "high")):
+        return "(no interval: fewer than 2 repeats)"
+    return (f"(95 % interval [{interval['low']:.3f}, {interval['high']:.3f}] over "
             f"{interval['n']} interleaved repeats)")
 
 
@@ -205,7 +219,8 @@ def main(args: argparse.Namespace) -> int:
     records.write_meta(out, {"variants": names, "repeats": args.repeats,
                              **configs[names[0]].to_dict()}, ratios=r,
                        ratios_per_repeat=per_repeat, goal=args.goal,
-                       ratio_interval=_interval(results), network=network)
+                       ratio_interval=_interval(results), network=network,
+                       ratio_intervals={k: _interval(results, k.split("/")[0]) for k in r})
     print()
     print(format_table(table, ["variant", "repeats", *TABLE_COLUMNS[1:]]))
     print()
@@ -213,6 +228,8 @@ def main(args: argparse.Namespace) -> int:
         verdict = ""
         if k == "allreduce/ddp":
             verdict = "  " + goal_verdict(_interval(results), args.goal)
+        else:
+            verdict = "  " + interval_text(_interval(results, k.split("/")[0]))
         reps = ", ".join(f"{x:.3f}" for x in per_repeat[k])
         print(f"images/sec {k}: {val:.3f}{verdict}  [per repeat: {reps}]")
     print(f"wrote {out}/results.csv, table.csv, chunks.csv and meta.json")

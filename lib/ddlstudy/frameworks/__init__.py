@@ -72,14 +72,43 @@ def host_ip() -> str:
     return cluster_host_ip()
 
 
-def free_port() -> int:
-    """A TCP port free right now on this engine (for a TF task's server)."""
+def free_port(tries: int = 200) -> int:
+    """A TCP port free right now on this engine, for a TF task's gRPC server.
+
+    TF needs every task's port in the cluster spec before any server starts, so the port is
+    probed and released, then bound by TF seconds later. A bind(0) probe draws from the
+    kernel's ephemeral range, the same range every connect() takes its source ports from and
+    every other process's bind(0) probes draw from (other TF runs, torch stores, gRPC clients
+    on this host), so the port could be reused in that window. Ports just below that range are
+    never handed out implicitly: only a process naming one explicitly can take it.
+    """
+    import random
     import socket
     from contextlib import closing
 
-    with closing(socket.socket()) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
+    top = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(tries):
+        port = rng.randrange(max(1024, top - PORT_SPAN), top)
+        with closing(socket.socket()) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port in [{top - PORT_SPAN}, {top}) after {tries} tries")
+
+
+PORT_SPAN = 12_000  # TF task ports come from [ephemeral low - PORT_SPAN, ephemeral low)
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out implicitly (Linux: ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # the Linux default
 
 
 _register()

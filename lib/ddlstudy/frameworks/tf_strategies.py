@@ -36,6 +36,18 @@ stop kills engines with SIGKILL after a grace period. A process can host one TF 
 (a second MWMS run in the same engines hung): each TF run needs fresh engines, and an engine
 that ran TF refuses a second run with one line.
 
+Compute replay (`--compute replay`): the step waits the replayed forward + backward time (the
+reference time x time_dilation) INSIDE the tf.function step, on the task that computes (an MWMS
+worker; under PS the worker running the closure): an in-graph sleep (tf.data's SleepDataset
+kernel, `_replay_wait`), ordered by control dependencies between reading the variables and
+sending the gradients, so tf.timestamp() still splits compute / communication / update. The
+replayed gradients are `REPLAY_GRAD_SCALE` x the variables just read, one tensor of each real
+variable's shape and dtype: under MWMS they go through the same packed RING all-reduce, under PS
+the closure first pulls every variable from the servers (what a forward pass reads) and then
+pushes its gradient back (assign on the servers), so the real variables' bytes cross the real
+(shaped) links. No overlap of communication with compute is modelled (TF's custom step has none
+in real mode either).
+
 Bytes per worker step are analytic, as FINDINGS measured them on the namespace counters: ring
 all-reduce 2(N-1)/N x 4P each way, a PS worker 4P each way (P parameters, 4 bytes each in
 float32).
@@ -50,10 +62,13 @@ from typing import Any
 
 import numpy as np
 
-TF_STRATEGIES = ("tf_ps_sync", "tf_ps_async", "tf_allreduce")
-TF_PS = ("tf_ps_sync", "tf_ps_async")
+from ddlstudy.frameworks import TF_PS_STRATEGIES as TF_PS
+from ddlstudy.wire import COUNTER, WireBytes
+
 FIX = "run `make setup` (it installs tensorflow-cpu, pinned in pyproject.toml)"
 
+ROLES = {"worker": "worker", "ps": "server", "chief": "coordinator"}  # TF job -> record role
+REPLAY_GRAD_SCALE = 1e-3  # replayed gradient = this x the weights just read (bounded, real sizes)
 # This engine's TF state: strategy, model, step functions (one TF run per process).
 _TF: dict[str, Any] = {}
 
@@ -84,8 +99,6 @@ def check_config(config: Any) -> None:
                          f"workers); use --dataset synthetic")
     if config.momentum or config.weight_decay:
         raise ValueError(f"{config.strategy} runs plain SGD; set momentum and weight_decay to 0")
-    if config.compute != "real":
-        raise ValueError(f"{config.strategy} has no compute replay yet; use --compute real")
     if config.model_kwargs and config.model != "mlp":
         raise ValueError(f"model arguments {config.model_kwargs} apply to mlp only under TF")
 
@@ -107,11 +120,41 @@ def _loss(tf: Any, model: Any, x: Any, y: Any) -> Any:
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
 
 
+def _replay_wait(tf: Any, seconds: float, after: Any) -> Any:
+    """A tensor ready `seconds` after `after` ran, on the device executing the function.
+
+    tf has no sleep op in its public API; tf.data's SleepDataset kernel sleeps once per
+    GetNext, and an empty dataset calls it once (at end of sequence): reduce() over it is one
+    wait of `seconds`, executed where the step runs (a remote PS worker included; a
+    tf.py_function would call back into the coordinator's Python).
+    """
+    from tensorflow.python.data.experimental.ops import testing
+
+    with tf.control_dependencies(after):
+        ds = tf.data.Dataset.range(0).apply(testing.sleep(int(seconds * 1e6)))
+        return ds.reduce(tf.constant(0, tf.int64), lambda a, b: a + b)
+
+
+def _replayed_grads(tf: Any, values: list[Any]) -> list[Any]:
+    """Gradients of the real variables' shapes: REPLAY_GRAD_SCALE x the weights read."""
+    return [tf.cast(REPLAY_GRAD_SCALE, v.dtype) * v for v in values]
+
+
+def _fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The TrainConfig fields of an engine-side cfg (which also carries e.g. replay_wait_s)."""
+    from dataclasses import fields
+
+    from ddlstudy.trainer import TrainConfig
+
+    names = {f.name for f in fields(TrainConfig)}
+    return {k: v for k, v in cfg.items() if k in names}
+
+
 def _shape(cfg: dict[str, Any]) -> tuple[tuple[int, int, int], int]:
     from ddlstudy.models import _resolve_shape
     from ddlstudy.trainer import TrainConfig
 
-    in_shape, classes = _resolve_shape(TrainConfig(**cfg).input_shape)
+    in_shape, classes = _resolve_shape(TrainConfig(**_fields(cfg)).input_shape)
     return in_shape, int(cfg.get("num_classes") or classes or 10)
 
 
@@ -124,7 +167,7 @@ def _build(cfg: dict[str, Any]) -> Any:
     keras.utils.set_random_seed(cfg["seed"])
     in_shape, classes = _shape(cfg)
     return build_keras_model(cfg["model"], in_shape, classes, dtype=cfg["dtype"],
-                             **TrainConfig(**cfg).model_kwargs)
+                             **TrainConfig(**_fields(cfg)).model_kwargs)
 
 
 def _flat(model: Any) -> np.ndarray:
@@ -183,13 +226,21 @@ def _setup_mwms(tf: Any, cfg: dict[str, Any], rank: int) -> dict[str, Any]:
     variables = model.trainable_variables
     mean = tf.distribute.ReduceOp.MEAN
 
+    replay = cfg.get("replay_wait_s")
+
     def replica_step(step: Any) -> Any:
         t0 = tf.timestamp()
-        with tf.control_dependencies([t0]):
-            x, y = batch(tf, in_shape, classes, b, seed, step, rank, dtype)
-        with tf.GradientTape() as tape:
-            loss = _loss(tf, model, x, y)
-        grads = tape.gradient(loss, variables)
+        if replay is not None:  # wait the replayed compute, then the replayed gradients
+            waited = _replay_wait(tf, replay, [t0])
+            with tf.control_dependencies([waited]):
+                grads = _replayed_grads(tf, [tf.identity(v.value) for v in variables])
+            loss = tf.constant(math.nan, dtype)
+        else:
+            with tf.control_dependencies([t0]):
+                x, y = batch(tf, in_shape, classes, b, seed, step, rank, dtype)
+            with tf.GradientTape() as tape:
+                loss = _loss(tf, model, x, y)
+            grads = tape.gradient(loss, variables)
         with tf.control_dependencies(grads):
             t1 = tf.timestamp()
         with tf.control_dependencies([t1]):
@@ -236,17 +287,29 @@ def _setup_coordinator(tf: Any, cfg: dict[str, Any], spec: dict[str, list[str]]
     in_shape, classes = _shape(cfg)
     lr, b, seed, dtype, n = cfg["lr"], cfg["batch_size"], cfg["seed"], cfg["dtype"], \
         cfg["workers"]
+    replay = cfg.get("replay_wait_s")
+
+    def replayed(read: Any) -> tuple[Any, list[Any]]:
+        """Pull every variable to this worker, wait the replayed compute, make the gradients."""
+        with tf.control_dependencies([read]):
+            pulled = [tf.identity(v.value) for v in variables]
+        waited = _replay_wait(tf, replay, pulled)
+        with tf.control_dependencies([waited]):
+            return tf.constant(math.nan, dtype), _replayed_grads(tf, pulled)
 
     @tf.function
     def closure(step: Any, shard: Any) -> Any:
         t0 = tf.timestamp()
         with tf.control_dependencies([t0]):
             read = version.read_value()
-        with tf.control_dependencies([read]):
-            x, y = batch(tf, in_shape, classes, b, seed, step, shard, dtype)
-        with tf.GradientTape() as tape:
-            loss = _loss(tf, model, x, y)
-        grads = tape.gradient(loss, variables)
+        if replay is not None:
+            loss, grads = replayed(read)
+        else:
+            with tf.control_dependencies([read]):
+                x, y = batch(tf, in_shape, classes, b, seed, step, shard, dtype)
+            with tf.GradientTape() as tape:
+                loss = _loss(tf, model, x, y)
+            grads = tape.gradient(loss, variables)
         with tf.control_dependencies(grads):
             t1 = tf.timestamp()
         with tf.control_dependencies([t1]):
@@ -380,6 +443,10 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
                          f"engines; the cluster has {cluster.size}: start it with --workers "
                          f"{world}")
     addrs = cluster.run(engine_address, world_size=world, timeout=60)
+    for _ in range(5):  # engines sharing one address (loopback) probe ports independently
+        if len({(a["ip"], a["port"]) for a in addrs}) == len(addrs):
+            break
+        addrs = cluster.run(engine_address, world_size=world, timeout=60)
     if any(a["used"] for a in addrs):
         raise ValueError(f"{config.strategy}: these engines already ran TensorFlow (a TF "
                          "server cannot restart in a process); start a fresh cluster")
@@ -388,7 +455,10 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
     for (job, _), a in zip(jobs, addrs, strict=True):
         spec.setdefault(job, []).append(f"{a['ip']}:{a['port']}")
     timeout_s = config.timeout_s or cluster.collective_timeout_s
-    cfg = dict(config.to_dict(), timeout_s=timeout_s)
+    replay_s = (trainer.replay_seconds(cluster, config) if config.compute == "replay"
+                else math.nan)
+    cfg = dict(config.to_dict(), timeout_s=timeout_s,
+               replay_wait_s=None if math.isnan(replay_s) else replay_s * config.time_dilation)
     infos = cluster.run(engine_setup, cfg, spec, jobs, world_size=world,
                         timeout=timeout_s + 300)
     runners = [r for r, (job, _) in enumerate(jobs) if job == "chief"] or \
@@ -398,6 +468,7 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
     bar = tqdm(total=config.warmup_steps + config.steps, desc=config.label, unit="step",
                disable=not progress, dynamic_ncols=True)
     done, timed, step_time = 0, 0, None
+    wire = WireBytes(cluster, world)  # per-node bytes on emulated links (else nothing)
     try:
         while timed < config.steps:
             warm = done < config.warmup_steps
@@ -405,8 +476,11 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
             cap = remaining if warm else max(1, math.ceil(config.steps / trainer.MIN_TIMED_CHUNKS))
             k = trainer._chunk_size(remaining, step_time, cap, None)
             budget = 600.0 if step_time is None else 10 * step_time + 60
+            if not warm:
+                wire.mark()
             results = cluster.run(engine_chunk, k, world_size=world,
                                   timeout=timeout_s + 60 + k * budget)
+            wire.add()
             chunk_rows, wall = _chunk_rows(results, len(chunks))
             step_time = wall / k
             done += k
@@ -426,13 +500,15 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
         bar.close()
     n_params = infos[runners[0]]["params"]
     _add_bytes(rows, config, n_params)
-    steps_df = trainer._steps_frame(rows).assign(**trainer._compute_columns(config, math.nan))
+    steps_df = trainer._steps_frame(rows).assign(**trainer._compute_columns(config, replay_s))
     chunks_df = pd.DataFrame(chunks, columns=["chunk", "steps", "wall_s", "images",
                                               "images_per_sec"])
     evals_df = pd.DataFrame(columns=["epoch", "step", "test_accuracy", "test_loss", "test_size"])
     net = trainer.network_info(cluster, network)
-    summary = trainer.summarize(config, steps_df, chunks_df, evals_df, n_params, network=net)
+    summary = trainer.summarize(config, steps_df, chunks_df, evals_df, n_params,
+                                replay_s=replay_s, network=net)
     summary["bytes_source"] = "analytic"
+    wire.apply(summary, [ROLES[job] for job, _ in jobs], timed, replace=True)
     stale = steps_df["staleness"].dropna()
     if config.strategy in TF_PS and len(stale):
         summary["staleness_mean"], summary["staleness_max"] = stale.mean(), stale.max()
@@ -443,8 +519,9 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
         result.out_dir = trainer.write_result(
             result, out_dir, engines=cluster.info()[:world], network=net,
             tf_cluster=spec, tf_version=_tf_version(),
-            bytes_note="analytic: ring 2(N-1)/N x 4P, PS worker 4P each way",
-            **trainer._compute_columns(config, math.nan))
+            bytes_note=(COUNTER if wire.counting else
+                        "analytic: ring 2(N-1)/N x 4P, PS worker 4P each way"),
+            **trainer._compute_columns(config, replay_s))
     return result
 
 

@@ -1,0 +1,103 @@
+"""Chapter 07's grid: Horovod and TensorFlow beside ddlstudy's own strategies, on the same links.
+
+Wang (NCHC) compared Distributed TensorFlow's parameter servers with Horovod on ResNet-50 over
+10 GbE and InfiniBand; Shi 2019 paired TensorFlow's PS with Horovod's ring. Here every strategy
+of `frameworks.strategies` trains the same model with the same per-worker batch at each worker
+count, on each profile's emulated links (or on loopback, profile "none"), with the same
+compute (replayed under emulation).
+
+Engines: the torch-driven strategies (ddlstudy's own, torch DDP, Horovod) share one cluster per
+profile (run_grid, interleaved repeats); a TensorFlow cell needs fresh engines (a TF server
+cannot restart in a process), so each TF cell and repeat gets its own cluster on links of the
+same profile and the same scale (the scale is fixed per profile for all cells, so every cell's
+links and compute dilation are the same). TF cells therefore run after the shared cluster's,
+not interleaved with them: the records say so (`engines` column: shared / fresh).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ddlstudy import grid
+from ddlstudy.frameworks import TF_STRATEGIES
+from ddlstudy.trainer import TrainConfig, train
+
+
+def profile_scale(profile: str, configs: Sequence[TrainConfig], scale: float | None,
+                  offload_off: bool) -> float | None:
+    """One scale for every cell of a profile: the given one, else the largest that fits the
+    biggest cell's engines (netem.scale_for); None on loopback."""
+    if profile == "none" or scale is not None:
+        return None if profile == "none" else scale
+    from ddlstudy import netem
+
+    ok, _ = netem.available()
+    return netem.scale_for(profile, grid.engines_needed(configs), offload_off) if ok else None
+
+
+def run_profile(configs: Sequence[TrainConfig], profile: str, out: Path, *, repeats: int = 1,
+                scale: float | None = None, offload_off: bool = False,
+                **cluster_kwargs: Any) -> pd.DataFrame:
+    """Every config on `profile` links (see the module docstring); summary rows of every cell
+    and repeat with `repeat`, `profile` and `engines`; failed cells carry `error`."""
+    out = Path(out)
+    scale = profile_scale(profile, configs, scale, offload_off)
+    shared = [c for c in configs if c.strategy not in TF_STRATEGIES]
+    fresh = [c for c in configs if c.strategy in TF_STRATEGIES]
+    frames = []
+    if shared:
+        with grid.emulated_cluster(profile, grid.engines_needed(shared), scale,
+                                   offload_off=offload_off, **cluster_kwargs) as cluster:
+            cells = grid.dilate(shared, cluster)
+            frames.append(grid.run_grid(cluster, cells, out, repeats=repeats)
+                          .assign(engines="shared"))
+    for rep, config in tqdm(grid.interleaved(fresh, repeats), desc=f"TF cells ({profile})",
+                            unit="run", disable=not fresh):
+        frames.append(_fresh_cell(config, profile, out, rep, repeats, scale, offload_off,
+                                  cluster_kwargs).assign(engines="fresh"))
+    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return summary.assign(profile=profile)
+
+
+def _fresh_cell(config: TrainConfig, profile: str, out: Path, rep: int, repeats: int,
+                scale: float | None, offload_off: bool, cluster_kwargs: dict[str, Any]
+                ) -> pd.DataFrame:
+    """One TF cell and repeat on its own engines (reused from its folder when finished)."""
+    folder = grid.repeat_dir(out, config, rep, repeats)
+    if scale is not None and config.compute == "replay":  # what grid.dilate will set
+        done = grid._finished(folder, replace(config, time_dilation=1.0 / scale).validate())
+        if done is not None:  # no engines started for a cell already on record
+            return done.assign(repeat=rep, reused=True, error="")
+    with grid.emulated_cluster(profile, config.world_size, scale, offload_off=offload_off,
+                               **cluster_kwargs) as cluster:
+        cell = grid.dilate([config], cluster)[0]
+        done = grid._finished(folder, cell)
+        if done is not None:
+            return done.assign(repeat=rep, reused=True, error="")
+        try:
+            result = train(cluster, cell, out_dir=folder, progress=False)
+        except (ValueError, TimeoutError, RuntimeError) as err:
+            tqdm.write(f"FAILED {cell.label} r{rep}: {err}")
+            return pd.DataFrame([{"strategy": cell.strategy, "model": cell.model,
+                                  "workers": cell.workers, "repeat": rep, "reused": False,
+                                  "error": f"{type(err).__name__}: {err}"}])
+    return result.summary.assign(repeat=rep, reused=False, error="")
+
+
+def scaling(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per profile: speed-up and scaling efficiency over the same strategy at 1 worker
+    (medians over repeats), as Wang (NCHC) defines them."""
+    from ddlstudy import plots
+
+    ok = summary[summary["error"].fillna("").astype(str) == ""] if "error" in summary \
+        else summary
+    keys = ["profile", "model", "strategy", "workers"]
+    med = ok.groupby(keys, as_index=False).median(numeric_only=True)
+    parts = [plots.add_speedup(g) for _, g in med.groupby("profile")]
+    return pd.concat(parts, ignore_index=True) if parts else med
