@@ -101,3 +101,83 @@ def scaling(summary: pd.DataFrame) -> pd.DataFrame:
     med = ok.groupby(keys, as_index=False).median(numeric_only=True)
     parts = [plots.add_speedup(g) for _, g in med.groupby("profile")]
     return pd.concat(parts, ignore_index=True) if parts else med
+
+
+# ---------------------------------------------------------------- what chapter 99 reads
+# Malik 2018's "almost linear" read as: scaling efficiency at the top worker count above 90 %.
+NEAR_LINEAR = 0.9
+# Wang (NCHC), Sec. IV / Fig 4: "Horovod is 17% faster than Distributed TensorFlow".
+WANG_RATIO = 1.17
+# Wang's and Shi 2019's "Distributed TensorFlow" is its parameter servers (sync first).
+TF_PS_ORDER = ("tf_ps_sync", "tf_ps_async")
+
+
+def source(profile: str) -> str:
+    """How a profile's cells were measured, for claims.csv's source column."""
+    if profile in ("none", "loopback"):
+        return "measured on one host (loopback, unshaped)"
+    return f"emulated ({profile}-like shaped links, replayed compute)"
+
+
+def _cells(summary: pd.DataFrame, chunks: pd.DataFrame, cells: list[dict[str, Any]]
+           ) -> tuple[Any, str] | None:
+    """ratio_ci of the first cell's images/sec over the second's (paired over interleaved
+    repeats, else over each run's timed chunks), with the unit; None when a cell is missing."""
+    from ddlstudy import stats, units
+
+    values, unit = units.cell_values(summary, chunks, cells)
+    if any(len(v.dropna()) == 0 for v in values):
+        return None
+    a, b = values
+    if unit == units.REPEATS:
+        common = a.dropna().index.intersection(b.dropna().index)
+        a, b = a.loc[common], b.loc[common]
+    return stats.ratio_ci(a, b, paired=unit == units.REPEATS), unit
+
+
+def efficiency_estimates(summary: pd.DataFrame, chunks: pd.DataFrame,
+                         strategy: str = "horovod") -> list[dict[str, Any]]:
+    """Per profile: the strategy's scaling efficiency at its top worker count (images/sec at
+    N / (N x at 1)) with its interval and unit (ddlstudy.units)."""
+    from dataclasses import replace as with_
+
+    out = []
+    if summary.empty or "strategy" not in summary:
+        return out
+    for profile, part in summary[summary["strategy"] == strategy].groupby("profile"):
+        workers = set(part["workers"].astype(int))
+        if 1 not in workers or max(workers) < 2:
+            continue
+        top, net = max(workers), part["network"].iloc[0]
+        found = _cells(part, chunks, [{"strategy": strategy, "workers": top, "network": net},
+                                      {"strategy": strategy, "workers": 1, "network": net}])
+        if found is None:
+            continue
+        est, unit = found
+        est = with_(est, value=est.value / top, low=est.low / top, high=est.high / top)
+        out.append({"profile": str(profile), "top": top, "est": est, "unit": unit})
+    return out
+
+
+def horovod_vs_tf(summary: pd.DataFrame, chunks: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per profile: Horovod images/sec over TF parameter servers' at the most workers both
+    ran (Wang (NCHC): 2 nodes), with interval and unit."""
+    out = []
+    if summary.empty or "strategy" not in summary:
+        return out
+    for profile, part in summary.groupby("profile"):
+        have = set(part["strategy"])
+        tf = next((s for s in TF_PS_ORDER if s in have), None)
+        if "horovod" not in have or tf is None:
+            continue
+        common = (set(part[part["strategy"] == "horovod"]["workers"].astype(int))
+                  & set(part[part["strategy"] == tf]["workers"].astype(int)))
+        if not common:
+            continue
+        top, net = max(common), part["network"].iloc[0]
+        found = _cells(part, chunks, [{"strategy": "horovod", "workers": top, "network": net},
+                                      {"strategy": tf, "workers": top, "network": net}])
+        if found is not None:
+            out.append({"profile": str(profile), "top": top, "tf": tf, "est": found[0],
+                        "unit": found[1]})
+    return out
