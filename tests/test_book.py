@@ -129,7 +129,8 @@ def test_book_builds_offline(executed) -> None:
     assert 0 < seconds < 300
 
 
-DOCS = ("README.md", "docs/design.md", "docs/metrics.md", "docs/papers.md", "docs/book.md")
+DOCS = ("README.md", "docs/design.md", "docs/metrics.md", "docs/papers.md", "docs/book.md",
+        "docs/extending.md")
 
 
 def test_docs_point_inside_the_repo(repo_root: Path) -> None:

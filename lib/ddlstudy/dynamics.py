@@ -29,11 +29,14 @@ import numpy as np
 import pandas as pd
 
 from ddlstudy import stats
+from ddlstudy.lazy import LiveNames
+from ddlstudy.strategies.registry import strategy_names
 
 LR_SCALINGS = ("none", "linear")
-# Strategies whose ranks hold a torch optimizer the schedule can drive (not Horovod / TF).
-SCHEDULED_STRATEGIES = ("single", "ps_sync", "ps_async", "ps_sharded", "allreduce", "ddp")
-SYNC_STRATEGIES = ("single", "ps_sync", "ps_sharded", "allreduce", "ddp")
+# Strategies whose ranks hold a torch optimizer the schedule can drive (not Horovod / TF), and
+# the synchronous ones among them: live views of the strategy registry.
+SCHEDULED_STRATEGIES = LiveNames(lambda: strategy_names(framework=None))
+SYNC_STRATEGIES = LiveNames(lambda: strategy_names(framework=None, sync=True))
 
 
 # ----------------------------------------------------------------------------- learning rate
