@@ -265,6 +265,11 @@ class Cluster:
         self._pids: set[int] = set()
         self.master_addr = master_addr  # profile clusters: where rank 0's TCPStore listens
         self.run_dir: Path | None = None  # local clusters: pids.json and the rendezvous files
+        # The network the engines talk over, set by whoever started them in one
+        # (grid.emulated_cluster): what the records say (train(network=...) overrides it), and
+        # the EmulatedNetwork to stop. None: the host's own interfaces, unshaped.
+        self.network_info: dict[str, Any] | None = None
+        self.emulated_network: Any = None
         self._groups = 0
 
     # -- lifecycle
@@ -486,6 +491,14 @@ class Cluster:
             return (f"rank {rank} ({self._engine_name(rank)}) died; its peers are stopped with "
                     "the cluster")
         return None
+
+    def run_ranks(self, ranks: Sequence[int], fn: Callable[..., Any], *args: Any,
+                  timeout: float | None = None, **kwargs: Any) -> list[Any]:
+        """fn on the given ranks at once (any subset, e.g. a monitor's); results in that order."""
+        timeout = timeout or self.collective_timeout_s + 30
+        pending = [(r, self.client[self.engine_ids[r]].apply_async(fn, *args, **kwargs))
+                   for r in ranks]
+        return [self._get(p, r, timeout) for r, p in pending]
 
     def run_rank(self, rank: int, fn: Callable[..., Any], *args: Any,
                  timeout: float | None = None, **kwargs: Any) -> Any:

@@ -26,6 +26,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ddlstudy import records, resume
+from ddlstudy.strategies import get_strategy
 from ddlstudy.trainer import TrainConfig, train
 
 
@@ -102,10 +103,11 @@ def training_grid(base: TrainConfig, models: Sequence[str], strategies: Sequence
     configs = []
     for model in models:
         for strategy in strategies:
+            spec = get_strategy(strategy)
             for n in workers:
-                if strategy == "single" and n != 1:
+                if spec.family == "single" and n != 1:
                     continue
-                servers = overrides.get("servers") if strategy == "ps_sharded" else None
+                servers = overrides.get("servers") if spec.servers_configurable else None
                 extra = {k: v for k, v in overrides.items() if k != "servers"}
                 configs.append(replace(base, model=model, strategy=strategy, workers=n,
                                        servers=servers, **extra).validate())

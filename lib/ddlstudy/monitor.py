@@ -216,8 +216,7 @@ def _ranks(cluster: Any, ranks: Sequence[int] | None) -> list[int]:
 def _call(cluster: Any, ranks: Sequence[int], fn: Any, *args: Any,
           timeout: float = 60.0) -> list[Any]:
     """fn on the given ranks at once; results in that order."""
-    pending = [(r, cluster.client[cluster.engine_ids[r]].apply_async(fn, *args)) for r in ranks]
-    return [cluster._get(p, r, timeout) for r, p in pending]
+    return cluster.run_ranks(ranks, fn, *args, timeout=timeout)
 
 
 def shares_stack(cluster: Any, ranks: Sequence[int]) -> bool:

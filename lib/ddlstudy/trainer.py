@@ -427,11 +427,8 @@ def replay_seconds(cluster: Any, config: TrainConfig, timeout_s: float = 600) ->
 
 def network_info(cluster: Any = None, network: dict[str, Any] | None = None) -> dict[str, Any]:
     """What network the engines talk over, for the records: `network` as the caller passes it
-    to train() (grid.emulated_cluster yields it with the cluster), else none, unshaped.
-
-    Transitional: a cluster that still carries a `network_info` attribute (set by older
-    callers) is read when no `network` is passed; pass `network=` instead.
-    """
+    to train(), else the cluster's own `network_info` field (Cluster declares it;
+    grid.emulated_cluster sets it), else none, unshaped."""
     info = network if network is not None else getattr(cluster, "network_info", None)
     if info:
         return dict(info)
