@@ -178,6 +178,45 @@ def projection(folder: Path) -> str:
     return text
 
 
+def convergence(folder: Path) -> str:
+    """Chapter 08: do the synchronous strategies follow single's curve; the bracketing gap."""
+    gaps = _table(folder, "gaps", "strategy", "max_abs_gap", "verdict")
+    sync = gaps[gaps["strategy"] != "ps_async"]
+    text = ("Largest test-accuracy gap to single (batch N x b) over epochs and seeds: "
+            + ", ".join(f"{s} {v:.4f}" for s, v in
+                        sync.groupby("strategy")["max_abs_gap"].max().items()) + ".")
+    asy = gaps[gaps["strategy"] == "ps_async"]
+    if len(asy):
+        text += (f" ps_async's final accuracy against single: "
+                 f"{', '.join(asy['verdict'].astype(str))}.")
+    path = folder / "bracketing.csv"
+    if path.exists():
+        br = pd.read_csv(path)
+        if len(br):
+            acc = br.groupby("algorithm")["test_accuracy"].median()
+            text += (" Final accuracy per all-reduce algorithm (median over seeds): "
+                     + ", ".join(f"{a} {v:.4f}" for a, v in acc.items()) + ".")
+    return text
+
+
+def batch_size(folder: Path) -> str:
+    """Chapter 09: time per epoch and accuracy at the smallest and largest batch."""
+    df = _table(folder, "sweep", "model", "batch_size", "workers", "time_per_epoch_s")
+    parts = []
+    for (model, n), g in df.groupby(["model", "workers"]):
+        med = g.groupby("batch_size")[["time_per_epoch_s", "test_accuracy"]].median()
+        lo, hi = med.index.min(), med.index.max()
+        acc = (f", test accuracy {med.loc[lo, 'test_accuracy']:.3f} -> "
+               f"{med.loc[hi, 'test_accuracy']:.3f}"
+               if med["test_accuracy"].notna().all() else "")
+        parts.append(f"{model} x{n}: batch {lo} -> {hi}, time per epoch "
+                     f"{med.loc[lo, 'time_per_epoch_s']:.3g} -> "
+                     f"{med.loc[hi, 'time_per_epoch_s']:.3g} s{acc}")
+    return ("On this host (workers share its cores): " + "; ".join(parts) + "."
+            + ("" if (folder / "malik.csv").exists()
+               else " Malik 2018's emulated sweep was not run."))
+
+
 def conclusions(folder: Path) -> str:
     """Chapter 99: how many of the papers' claims this run agrees with, differs from, etc."""
     df = _table(folder, "claims", "claim", "verdict")
@@ -191,6 +230,14 @@ def conclusions(folder: Path) -> str:
     return text
 
 
+def frameworks(folder: Path) -> str:
+    """Chapter 07: the strategies by images/sec at the most workers per profile."""
+    from ddlstudy.frameworks.compare import summary_text
+
+    return summary_text(_table(folder, "scaling", "profile", "strategy", "workers",
+                               "images_per_sec_cluster", "efficiency"))
+
+
 SUMMARIES: dict[str, Summary] = {
     "00_background": background,
     "01_cluster_setup": cluster_setup,
@@ -199,6 +246,9 @@ SUMMARIES: dict[str, Summary] = {
     "04_utilization_traffic": utilization_traffic,
     "05_network_profiles": network_profiles,
     "06_projection": projection,
+    "07_frameworks": frameworks,
+    "08_convergence": convergence,
+    "09_batch_size": batch_size,
     "99_conclusions": conclusions,
 }
 

@@ -181,3 +181,54 @@ def horovod_vs_tf(summary: pd.DataFrame, chunks: pd.DataFrame) -> list[dict[str,
             out.append({"profile": str(profile), "top": top, "tf": tf, "est": found[0],
                         "unit": found[1]})
     return out
+
+
+def pair(summary: pd.DataFrame, chunks: pd.DataFrame, a: str, b: str) -> list[dict[str, Any]]:
+    """Per profile: a's images/sec over b's at the most workers both ran, with interval and
+    unit (the chapter's comparisons beside the papers' pairings)."""
+    out = []
+    if summary.empty or "strategy" not in summary:
+        return out
+    for profile, part in summary.groupby("profile"):
+        common = (set(part[part["strategy"] == a]["workers"].astype(int))
+                  & set(part[part["strategy"] == b]["workers"].astype(int)))
+        if not common:
+            continue
+        top, net = max(common), part["network"].iloc[0]
+        found = _cells(part, chunks, [{"strategy": a, "workers": top, "network": net},
+                                      {"strategy": b, "workers": top, "network": net}])
+        if found is not None:
+            out.append({"profile": str(profile), "top": top, "a": a, "b": b,
+                        "est": found[0], "unit": found[1]})
+    return out
+
+
+def summary_text(scaled: pd.DataFrame) -> str:
+    """Chapter 07's two-sentence summary from its scaling table: per profile, the strategies
+    by cluster-equivalent images/sec at the most workers, with scaling efficiency."""
+    parts = []
+    for profile, part in scaled.groupby("profile"):
+        top = int(part["workers"].max())
+        at = part[part["workers"] == top].sort_values("images_per_sec_cluster", ascending=False)
+        parts.append(f"{source(str(profile))}, {top} workers: " + ", ".join(
+            f"{r.strategy} {r.images_per_sec_cluster:.0f} img/s ({r.efficiency:.0%} efficiency)"
+            for r in at.itertuples()))
+    return ("Horovod and TensorFlow beside ddlstudy's own strategies (medians over repeats; "
+            "orders without intervals are not claimed): " + "; ".join(parts) + ".")
+
+
+def order_text(f: dict[str, Any]) -> str:
+    """One sentence on a `pair` result: which is faster only when the interval excludes 1."""
+    from ddlstudy import units
+
+    est, a, b = f["est"], f["a"], f["b"]
+    if not est.measured:
+        word = "no order (too few values for an interval)"
+    elif est.low > 1:
+        word = f"{a} faster"
+    elif est.high < 1:
+        word = f"{b} faster"
+    else:
+        word = "no order (the interval contains 1)"
+    return (f"{source(f['profile'])}, {f['top']} workers: {a} / {b} images/sec "
+            f"{est.text('.3f')}: {word} (over {units.UNIT_NOTE[f['unit']]}).")
