@@ -192,11 +192,11 @@ def gap_table(gaps: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
                      "max_abs_gap": float(grp["gap"].abs().max()),
                      "final_gap": est.value, "final_gap_low": est.low,
                      "final_gap_high": est.high, "seeds": est.n,
-                     "verdict": _zero_verdict(est), "interval": est.text(".3g")})
+                     "verdict": zero_verdict(est), "interval": est.text(".3g")})
     return pd.DataFrame(rows)
 
 
-def _zero_verdict(est: stats.Interval) -> str:
+def zero_verdict(est: stats.Interval) -> str:
     """'no difference detected' when the interval holds 0, 'differs' when it excludes it."""
     v = stats.interval_verdict(est, 0.0, 1)
     if v == stats.NOT_MEASURED:
@@ -244,3 +244,152 @@ def accuracy_table(final: pd.DataFrame, by: Sequence[str],
                    column: str = "test_accuracy") -> pd.DataFrame:
     """Per group: median `column` over seeds with its order-statistic interval."""
     return stats.summarize(final, list(by), column)
+
+
+# ----------------------------------------------------------------------------- running a plan
+RUN_KEYS = ["section", "dataset", "model", "strategy", "algorithm", "workers", "batch_size",
+            "seed", "lr", "lr_rule", "epochs"]
+
+
+def missing_dataset(name: str, root: str, verify: bool = True) -> str | None:
+    """None when `name` loads here, else one line saying why and how to get it."""
+    from ddlstudy.data import load_dataset
+
+    try:
+        load_dataset(name, root=root, train=False, verify=verify)
+    except (OSError, ValueError, RuntimeError) as err:
+        return f"{name} not available ({str(err).splitlines()[0]}); run `make data`"
+    return None
+
+
+def lr_rule(config: Any) -> str:
+    """How a run set its rate, for tables and claims: 'lr 0.01' or the scaling rule."""
+    if config.lr_scaling == "none" and not config.lr_warmup_epochs:
+        return f"lr {config.lr:g}"
+    warm = (f", {config.lr_warmup_epochs:g}-epoch warm-up from {config.lr:g}"
+            if config.lr_warmup_epochs else "")
+    scale = (f"linear scaling: lr {config.lr:g} x B/{config.lr_base_batch}"
+             if config.lr_scaling == "linear" else f"lr {config.lr:g}")
+    return scale + warm
+
+
+def _key(config: Any) -> str:
+    import json
+
+    return json.dumps(config.to_dict(), sort_keys=True, default=str)
+
+
+def _engine_import() -> int:
+    """Import what a training run needs on this engine (torch first: seconds per engine)."""
+    import ddlstudy.models  # noqa: F401
+    import ddlstudy.strategies  # noqa: F401
+    import ddlstudy.trainer  # noqa: F401
+
+    return 0
+
+
+def warm_engines(cluster: Any, timeout_s: float = 300) -> None:
+    """Import on every engine at once, so the first run of each world size does not pay the
+    imports of its new ranks one after another."""
+    cluster.run(_engine_import, world_size=cluster.size, timeout=timeout_s)
+
+
+def run_plan(cluster: Any, plan: Sequence[tuple[str, Any]], out: Path,
+             train_fn: Any = None) -> pd.DataFrame:
+    """Run every (section, TrainConfig) of `plan` (grid.run_grid: resumed when done, a failure
+    recorded and the rest going on); a config two sections share runs once. One row per plan
+    entry: RUN_KEYS, `folder` (absolute) and `error`."""
+    from ddlstudy.grid import cell_dir, run_grid
+
+    groups: dict[Path, list[Any]] = {}
+    where: dict[str, Path] = {}
+    for section, config in plan:
+        if _key(config) in where:
+            continue
+        # the cell label names strategy, model and workers, not batch or seed: both go in the path
+        root = (out / "runs" / section / config.dataset
+                / f"seed{config.seed}-b{config.batch_size}")
+        folder = cell_dir(root, config)
+        if folder in where.values():  # same label, other settings (lr, epochs, ...): own folder
+            import hashlib
+
+            root = root / hashlib.sha256(_key(config).encode()).hexdigest()[:8]
+            folder = cell_dir(root, config)
+        where[_key(config)] = folder
+        groups.setdefault(root, []).append(config)
+    errors: dict[str, str] = {}
+    warm_engines(cluster)
+    for root, configs in groups.items():
+        kw = {"train_fn": train_fn} if train_fn is not None else {}
+        summary = run_grid(cluster, configs, root, **kw)
+        for config, err in zip(configs, summary.get("error", [""] * len(configs)), strict=True):
+            errors[_key(config)] = "" if pd.isna(err) else str(err)
+    rows = []
+    for section, c in plan:
+        rows.append({"section": section, "dataset": c.dataset, "model": c.model,
+                     "strategy": c.strategy,
+                     "algorithm": c.algorithm if c.strategy == "allreduce" else "",
+                     "workers": c.workers, "batch_size": c.batch_size, "seed": c.seed,
+                     "lr": c.lr, "lr_rule": lr_rule(c), "epochs": c.epochs,
+                     "folder": str(where[_key(c)]), "error": errors.get(_key(c), "")})
+    return pd.DataFrame(rows)
+
+
+def finals(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per finished run: RUN_KEYS plus its summary's measures (last test accuracy,
+    wall time, images/sec, staleness) and the time per epoch of its timed steps."""
+    rows = []
+    for row in runs[runs["error"].fillna("") == ""].to_dict("records"):
+        tables = read_run(Path(row["folder"]))
+        if tables["summary"].empty:
+            continue
+        s = tables["summary"].iloc[0]
+        ev = tables["eval"]
+        rows.append({**{k: row[k] for k in RUN_KEYS if k in row},
+                     "test_accuracy": s["test_accuracy"],
+                     "test_loss": float(ev["test_loss"].iloc[-1]) if len(ev) else math.nan,
+                     "epoch": float(ev["epoch"].iloc[-1]) if len(ev) else math.nan,
+                     "wall_s": s["wall_s"], "images_per_sec": s["images_per_sec"],
+                     "staleness_mean": s["staleness_mean"], "staleness_max": s["staleness_max"],
+                     "dtype": s["dtype"], "steps": s["steps"]})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- batch-size sweep
+def train_size(dataset: str, root: str, verify: bool = True) -> int:
+    """Training samples of a real data set (what one epoch passes over)."""
+    from ddlstudy.data import load_dataset
+
+    return len(load_dataset(dataset, root=root, train=True, verify=verify)[1])
+
+
+def epoch_times(final: pd.DataFrame, samples: int) -> pd.DataFrame:
+    """`final` with time_per_epoch_s: measured (the timed wall time over the epochs trained)
+    where a run trained whole epochs, else extrapolated (images/sec over `samples`), labelled
+    in time_source."""
+    out = final.copy()
+    trained = out["epochs"].notna() & (out["epochs"] > 0)
+    measured = out["wall_s"] / out["epochs"]
+    extrapolated = samples / out["images_per_sec"]
+    out["time_per_epoch_s"] = measured.where(trained, extrapolated)
+    out["time_source"] = np.where(trained, "measured (whole epochs, one host)",
+                                  "extrapolated from timed steps (images/sec), one host")
+    return out
+
+
+def chunk_rates(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per timed chunk of every run in `runs` (`folder` plus keys): images/sec measured and
+    x time_dilation (cluster-equivalent under replay), with the cell's network columns."""
+    frames = []
+    for row in runs.to_dict("records"):
+        tables = read_run(Path(row["folder"]))
+        if tables["chunks"].empty or tables["summary"].empty:
+            continue
+        s = tables["summary"].iloc[0]
+        keys = {k: v for k, v in row.items() if k != "folder"}
+        ch = tables["chunks"].assign(
+            images_per_sec_cluster=lambda d, f=float(s["time_dilation"]): d["images_per_sec"] * f,
+            network=s["network"], network_scale=s["network_scale"],
+            cpu_bound=bool(s["cpu_bound"]), **keys)
+        frames.append(ch)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
