@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -81,7 +82,7 @@ def test_fit_recovers_known_constants():
     got = M.fit(_synthetic(A, B, G))
     assert got["alpha"] == pytest.approx(A, rel=1e-6)
     assert got["beta"] == pytest.approx(B, rel=1e-6)
-    assert got["gamma"] == pytest.approx(G, rel=1e-6)
+    assert got["gamma"] == pytest.approx(G, rel=1e-6) and got["unresolved"] == "none"
     table = M.prediction_error_table(_synthetic(A, B, G), got)
     assert set(table.columns) >= {"algorithm", "ranks", "size_bytes", "measured_s", "predicted_s",
                                   "rel_error"}
@@ -93,6 +94,11 @@ def test_fit_with_noise_and_zero_gamma_stays_non_negative():
     assert got["gamma"] >= 0 and got["alpha"] >= 0
     assert got["alpha"] == pytest.approx(A, rel=0.2)
     assert got["beta"] == pytest.approx(B, rel=0.2)
+
+
+def test_fit_names_constants_it_cannot_resolve():
+    got = M.fit(_synthetic(A, 0.0, 0.0))  # latency only: no bytes term to find
+    assert got["unresolved"] == "beta, gamma" and max(got["beta"], got["gamma"]) < 1e-20
 
 
 def test_nnls_matches_constrained_optimum():
@@ -401,3 +407,45 @@ def test_repeats_of_a_cell_become_one_row_with_the_median(tmp_path):
     assert len(cells) == 1
     assert cells["wall_s"].iloc[0] / cells["steps"].iloc[0] == pytest.approx(1.5)  # 3.0 / 2
     assert cells["repeats"].iloc[0] == 3
+
+
+def _link_bench(alpha: float, rate: float, noise: dict[str, float] | None = None) -> pd.DataFrame:
+    """Synthetic all-reduce points on a shaped link: alpha per message + bytes at rate x
+    goodput, each algorithm's time scaled by its `noise` factor."""
+    rows = []
+    for alg in ("ring", "tree", "ps", "recursive_doubling"):
+        for p in (2, 4):
+            for n in (1 << 16, 1 << 18, 1 << 20, 1 << 22):
+                msgs, nbytes, _ = M.terms(alg, n, p)
+                t = (msgs * alpha + nbytes * 8 / (rate * M.GOODPUT)) * (noise or {}).get(
+                    alg, 1.0)
+                rows.append({"algorithm": alg, "ranks": p, "size_bytes": n, "time_p50_s": t,
+                             "link_bps": rate, "repeat": 0, "error": ""})
+    rows.append({"algorithm": "reference", "ranks": 4, "size_bytes": 1 << 20,
+                 "time_p50_s": 9.0, "link_bps": rate, "repeat": 0, "error": ""})
+    return pd.DataFrame(rows)
+
+
+def test_collectives_on_shaped_links_recover_alpha_and_predict_exactly() -> None:
+    table, alpha = M.validate_collectives(_link_bench(2e-3, 1e8))
+    assert alpha == pytest.approx(2e-3, rel=1e-6)
+    assert "reference" not in set(table["algorithm"])  # gloo's schedule is not modelled
+    assert table["rel_error"].abs().max() < 1e-6
+    assert (table["role"] == "fit").sum() == len(range(1, len(table), 3))  # every third
+
+
+def test_collectives_validation_error_follows_the_records(tmp_path: Path, capsys) -> None:
+    bench = _link_bench(1e-3, 1e8, noise={"ps": 0.5, "tree": 1.3})
+    table, _ = M.validate_collectives(bench)
+    held = table[table["role"] == "validate"].set_index("algorithm")["rel_error"]
+    assert held.loc["ps"].abs().min() > 0.3 and held.loc["ring"].abs().max() < 0.3
+    (tmp_path / "05").mkdir()
+    bench.to_csv(tmp_path / "05" / "collectives_emulated.csv", index=False)
+    assert M.main(["validate-collectives", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    med = float(out.strip().splitlines()[-1].split(": ")[1])
+    assert med == pytest.approx(table.loc[table["role"] == "validate", "rel_error"].abs()
+                                .median(), abs=0.005)
+    assert M.main(["validate-collectives", str(tmp_path / "none")]) == 2
+    with pytest.raises(M.RecordsError, match="link_bps"):
+        M.validate_collectives(bench.drop(columns="link_bps"))
