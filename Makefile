@@ -59,6 +59,10 @@ bench: setup
 	-$(PY) -m ddlstudy.bench train --model resnet50 --workers 4 --batch-size 32 --steps 4 \
 	  --warmup-steps 1 --variants allreduce,ddp --repeats 3 --network 10GbE --compute replay \
 	  --replay-source gpu --goal 0.95 --no-progress --out $(BENCH_OUT)/train-emulated
+	@# Horovod vs ddp, same cell (root; Horovod built by make setup): the ratio with its interval
+	-$(PY) -m ddlstudy.bench train --model resnet50 --workers 4 --batch-size 32 --steps 4 \
+	  --warmup-steps 1 --variants horovod,ddp --repeats 3 --network 10GbE --compute replay \
+	  --replay-source gpu --no-progress --out $(BENCH_OUT)/train-horovod
 
 report: setup
 	$(PY) -m ddlstudy.report --params $(PARAMS)

@@ -114,3 +114,62 @@ def test_tf_ps_async_updates_are_stale() -> None:
         res = _run("tf_ps_async", steps=6)
     assert res.row["images_per_sec"] > 0 and res.row["servers"] == 1
     assert res.row["staleness_max"] > 0, res.steps["staleness"].tolist()
+
+
+def _emulation() -> None:
+    from ddlstudy import netem
+
+    ok, why = netem.available()
+    if not ok:
+        pytest.skip(f"no emulated network here: {why}")
+
+
+def _run_emulated(strategy: str, **kw: object):
+    """One run on 10GbE-like links x 0.01 (a namespace and shaped veth per engine)."""
+    from dataclasses import replace
+
+    from ddlstudy.grid import dilate, emulated_cluster
+
+    config = TrainConfig(**{**TINY, "strategy": strategy, "dtype": "float32",
+                            "model_kwargs": {"hidden": 64, "hidden1": 64}, **kw})
+    with emulated_cluster("10GbE", config.world_size, 0.01, offload_off=False,
+                          collective_timeout_s=120) as cluster:
+        config = dilate([replace(config)], cluster)[0]
+        return train(cluster, config, progress=False)
+
+
+def _payload(res) -> float:
+    """Gradient bytes a worker must send per step: ring 2(N-1)/N x 4P, a PS worker 4P."""
+    n, p = res.config.workers, res.row["params"]
+    return (2 * (n - 1) / n if res.config.strategy in ("horovod", "tf_allreduce") else 1) * 4 * p
+
+
+def test_horovod_on_emulated_links_counts_bytes() -> None:
+    """Horovod's gloo ring on shaped namespace links (its process-set context bound to the
+    veth, not 127.0.0.1): bytes per worker are counted on the veth counters, at least the
+    ring's payload and not wildly more (headers, ACKs, control traffic)."""
+    _needs("horovod")
+    _emulation()
+    res = _run_emulated("horovod")
+    row = res.row
+    assert row["network"] == "10GbE" and row["bytes_source"] == "counted"
+    assert _payload(res) <= row["bytes_sent_per_step"] < 3 * _payload(res) + 200_000, row
+    assert row["wire_bytes_sent_per_step"] == row["bytes_sent_per_step"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["tf_ps_sync", "tf_allreduce"])
+def test_tf_on_emulated_links_with_replay(strategy: str) -> None:
+    """TF under emulation with compute replayed: each step waits the replayed time in-graph
+    and the real variables' bytes cross the shaped links, counted per node (a PS task carries
+    every worker's pull and push)."""
+    _needs(strategy)
+    _emulation()
+    res = _run_emulated(strategy, shape="mnist", compute="replay", replay_source="measured",
+                        model_kwargs={})  # 'measured' times the default mlp
+    row = res.row
+    assert row["bytes_source"] == "counted" and row["compute_mode"] == "replay"
+    assert row["images_per_sec"] > 0 and (res.steps["compute_s"].dropna() > 0).all()
+    assert row["bytes_sent_per_step"] >= _payload(res), row
+    if strategy == "tf_ps_sync":  # the server receives N pushes and sends N pulls per step
+        assert row["wire_server_bytes_recv_per_step"] >= 2 * _payload(res), row
