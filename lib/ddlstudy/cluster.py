@@ -374,6 +374,21 @@ class Cluster:
                 continue
         return found
 
+    def _engine_set_pids(self) -> set[int]:
+        """The engine launchers' processes (nannies, engines), not the controller's."""
+        found: set[int] = set()
+        for launcher in self._cluster.engines.values() if self._cluster is not None else []:
+            for proc in [launcher, *getattr(launcher, "launchers", {}).values()]:
+                pid = getattr(proc, "pid", None)
+                if not isinstance(pid, int) or pid <= 0:
+                    continue
+                try:
+                    found.add(pid)
+                    found.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+                except psutil.NoSuchProcess:
+                    continue
+        return found
+
     def stop(self) -> None:
         """Stop engines and controller; SIGKILL whatever is still alive after a grace period.
         Signals wait until it is done (a second Ctrl-C must not orphan half the cluster)."""
@@ -454,13 +469,15 @@ class Cluster:
                    for eid in self.engine_ids[:world_size]]
         return self._wait_all(pending, timeout)
 
-    def _wait_all(self, pending: list[Any], timeout: float) -> list[Any]:
+    def _wait_all(self, pending: list[Any], timeout: float,
+                  ignore: Sequence[int] = ()) -> list[Any]:
         """Wait on every rank at once; the first failure (an engine's error, a dead engine, or
-        the timeout) is raised at once, naming the rank and its engine, not after rank 0."""
+        the timeout) is raised at once, naming the rank and its engine, not after rank 0.
+        Ranks in `ignore` (known dead) are not waited on; their result is None."""
         deadline = time.monotonic() + timeout
-        results: dict[int, Any] = {}
+        results: dict[int, Any] = {r: None for r in ignore if r < len(pending)}
         while len(results) < len(pending):
-            dead = self._dead_rank(len(pending))
+            dead = self._dead_rank(len(pending), ignore)
             if dead is not None:
                 raise RankFailed(dead)
             for rank, p in enumerate(pending):
@@ -481,16 +498,75 @@ class Cluster:
         eid = self.engine_ids[rank] if rank < len(self.engine_ids) else "?"
         return f"engine {eid}, pid {info.get('pid', '?')} on {info.get('host', '?')}"
 
-    def _dead_rank(self, world: int) -> str | None:
-        """One line naming the first rank (of 0..world-1) whose engine process on this host is
-        gone, or None."""
+    def _dead_rank(self, world: int, ignore: Sequence[int] = ()) -> str | None:
+        """One line naming the first rank (of 0..world-1, not in `ignore`) whose engine process
+        on this host is gone, or None."""
         here = socket.gethostname()
         for rank, info in enumerate(self.infos[:world]):
-            if info.get("host") != here or _alive(int(info["pid"])):
+            if rank in ignore or info.get("host") != here or _alive(int(info["pid"])):
                 continue
             return (f"rank {rank} ({self._engine_name(rank)}) died; its peers are stopped with "
                     "the cluster")
         return None
+
+    def submit(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+               **kwargs: Any) -> list[Any]:
+        """Start fn on ranks 0..world_size-1; `wait` collects (a fault-tolerant `run`)."""
+        world_size = world_size or self.world_size or self.size
+        return [self.client[eid].apply_async(fn, *args, **kwargs)
+                for eid in self.engine_ids[:world_size]]
+
+    def wait(self, pending: list[Any], timeout: float, ignore: Sequence[int] = ()) -> list[Any]:
+        """Results of `submit` in rank order (None for ranks in `ignore`); RankFailed names a
+        rank that died meanwhile."""
+        return self._wait_all(pending, timeout, ignore)
+
+    def dead_ranks(self, world: int | None = None) -> list[int]:
+        """Ranks (of 0..world-1) whose engine process on this host is gone."""
+        here = socket.gethostname()
+        return [r for r, info in enumerate(self.infos[:world or len(self.infos)])
+                if info.get("host") == here and not _alive(int(info["pid"]))]
+
+    def drop_ranks(self, ranks: Sequence[int]) -> None:
+        """Forget dead engines: the survivors keep their order and are renumbered 0..n-1 (the
+        next `init_process_group` forms a group of them; Horovod elastic's re-formed ring)."""
+        gone = set(ranks)
+        self.engine_ids = [e for r, e in enumerate(self.engine_ids) if r not in gone]
+        self.infos = [dict(info, rank=r) for r, info in
+                      enumerate(i for q, i in enumerate(self.infos) if q not in gone)]
+        self.world_size = 0
+        self._write_pids()
+
+    @property
+    def can_restart(self) -> bool:
+        """Local clusters can be restarted on fresh engines; a connected profile cannot."""
+        return self.profile is None and getattr(self, "emulated_network", None) is None
+
+    def restart(self) -> None:
+        """Replace every engine by a fresh one, same settings, keeping the controller: what
+        torchelastic does when a worker of the group fails. The old engines (survivors stuck in
+        gloo too) are SIGKILLed at once: they hold nothing a restart from a checkpoint needs,
+        and SIGTERM + grace took 22 s on a loaded 2-core host."""
+        if not self.can_restart or self._cluster is None:
+            raise ClusterError("only a local cluster without an emulated network can be "
+                               "restarted on fresh engines")
+        old_ids = set(self.client.ids)
+        with defer_signals():
+            self._pids.update(self._local_cluster_pids())
+            kill_after_grace({int(i["pid"]) for i in self.infos} | self._engine_set_pids(), 0.0)
+            self._cluster.stop_engines_sync()
+            self._cluster.start_engines_sync()
+            self._write_pids()
+        deadline = time.monotonic() + self.start_timeout_s
+        while len(set(self.client.ids) - old_ids) < self.workers:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"fresh engines did not register within "
+                                   f"{self.start_timeout_s:g} s")
+            time.sleep(POLL_S)
+        self.engine_ids = sorted(set(self.client.ids) - old_ids)[: self.workers]
+        self.infos, self.world_size = [], 0  # the dead ranks' pids must not fail the setup
+        self._setup_engines()
+        self._write_pids()
 
     def run_ranks(self, ranks: Sequence[int], fn: Callable[..., Any], *args: Any,
                   timeout: float | None = None, **kwargs: Any) -> list[Any]:

@@ -87,6 +87,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
     a("--timeout", type=float, default=120.0, help="seconds any one communication may block")
     a("--compute", default=d.compute, choices=["real", "replay"], help="real: forward + "
       "backward; replay: wait the reference device's time instead (default real)")
+    a("--checkpoint-every", type=int, default=d.checkpoint_every, help="checkpoint every N "
+      "steps into OUT/checkpoints (atomic); a rerun with the same --out resumes from it")
+    a("--fail-worker", type=int, default=d.fail_worker, help="fault injection: this worker "
+      "rank's engine SIGKILLs itself at --fail-at-step; the run recovers (chapter 10)")
+    a("--fail-at-step", type=int, default=d.fail_at_step, help="step (from 0, warm-up "
+      "included) at whose start --fail-worker dies")
     a("--replay-source", default=d.replay_source, help="with --compute replay: measured (this "
       "host), gpu (the stored H100 table) or a CSV path (default measured)")
 
@@ -128,9 +134,29 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
                   epochs=args.epochs, eval=args.eval, lr=args.lr, momentum=args.momentum,
                   bucket_mb=args.bucket_mb, overlap=args.overlap, dtype=args.dtype,
                   seed=args.seed, model_kwargs=kw, timeout_s=args.timeout,
-                  compute=args.compute, replay_source=args.replay_source)
+                  compute=args.compute, replay_source=args.replay_source,
+                  checkpoint_every=args.checkpoint_every, fail_worker=args.fail_worker,
+                  fail_at_step=args.fail_at_step)
     values.update(overrides)
     return TrainConfig(**values)
+
+
+def fault_lines(result: Any) -> list[str]:
+    """What failures cost the run, one line each, then the steps completed."""
+    row = result.row
+    lines = []
+    for f in result.failures.to_dict("records"):
+        how = (f"restarted on fresh engines from the checkpoint at step "
+               f"{int(f['checkpoint_step'])}, {int(f['steps_redone'])} steps redone"
+               if f["action"] == "restart" else
+               f"went on with {int(f['workers_after'])} workers, no step redone")
+        lines.append(f"Failure: rank(s) {f['ranks']} died at step {int(f['step'])}; {how}; "
+                     f"time lost {f['time_lost_s']:.1f} s")
+    if len(result.failures) or result.config.checkpoint_every:
+        lines.append(f"Steps completed: {int(row['steps_completed'])} "
+                     f"({int(row['steps'])} timed) with {int(row['failures'])} failure(s), "
+                     f"{int(row['restarts'])} restart(s), time lost {row['time_lost_s']:.1f} s")
+    return lines
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -172,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Model: {config.model}  Strategy: {config.label}")
     print(f"Batch size: {config.batch_size} per worker  Workers: {config.workers}"
           + (f"  Servers: {config.n_servers}" if config.n_servers else ""))
-    print(f"Running {config.warmup_steps} warm-up + {config.steps} timed steps...", flush=True)
     try:
         # offload on: throughput, not packet counts, is what a training run measures
         with emulated_cluster(args.network, config.world_size, args.scale, offload_off=False,
@@ -183,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"Network: {net['profile']} x {net['scale']} (emulated), compute "
                       f"x{config.time_dilation:g}", flush=True)
             result = train(cluster, config, out_dir=args.out, progress=args.progress,
-                           network=net)
+                           announce=lambda line: print(line, flush=True), network=net)
     except (ClusterError, ValueError) as err:
         print(f"python -m ddlstudy.train: error: {err}", file=sys.stderr)
         return 2
@@ -197,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     if len(result.evals):
         print(f"Test accuracy: {result.row['test_accuracy']:.4f}")
+    for line in fault_lines(result):
+        print(line)
     if result.out_dir is not None:
         print(f"Wrote {result.out_dir}/steps.csv, summary.csv, meta.json")
     return 0

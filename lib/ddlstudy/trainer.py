@@ -31,6 +31,7 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from ddlstudy.strategies import (
     servers_for,
     strategy_names,
 )
+from ddlstudy.wire import WireBytes
 from ddlstudy.workloads import DATASETS as DATASET_SPECS
 from ddlstudy.workloads import MODELS as MODEL_SPECS
 from ddlstudy.workloads import SHAPES
@@ -107,6 +109,10 @@ class TrainConfig:
     compute: str = "real"
     replay_source: str = "measured"
     time_dilation: float = 1.0
+    # faults (ddlstudy.checkpoint): checkpoint every N steps; SIGKILL worker R's engine at step K
+    checkpoint_every: int | None = None
+    fail_worker: int | None = None
+    fail_at_step: int | None = None
     # learning-rate schedule (ddlstudy.dynamics): linear scaling rule + gradual warm-up
     lr_scaling: str = "none"
     lr_base_batch: int = 32
@@ -192,6 +198,7 @@ class TrainConfig:
         check_schedule(self)
         if not self.time_dilation > 0:
             raise ValueError(f"time_dilation must be > 0, got {self.time_dilation!r}")
+        _check_faults(self)
         if self.time_dilation != 1.0 and self.compute != "replay":
             raise ValueError(f"time_dilation={self.time_dilation:g} only applies to "
                              "compute='replay'")
@@ -199,6 +206,28 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _check_faults(config: TrainConfig) -> None:
+    """checkpoint_every / fail_worker / fail_at_step: one line naming the bad value and the fix."""
+    every, worker, at = config.checkpoint_every, config.fail_worker, config.fail_at_step
+    if every is not None and (not isinstance(every, int) or every < 1):
+        raise ValueError(f"checkpoint_every must be an integer >= 1, got {every!r}")
+    if (worker is None) != (at is None):
+        raise ValueError("fail_worker and fail_at_step go together: pass both (e.g. "
+                         "--fail-worker 1 --fail-at-step 12) or neither")
+    if worker is None:
+        return
+    if not isinstance(worker, int) or not 0 <= worker < config.workers:
+        raise ValueError(f"fail_worker must be a worker rank 0..{config.workers - 1}, got "
+                         f"{worker!r}")
+    total = config.warmup_steps + config.steps if config.epochs is None else None
+    if not isinstance(at, int) or at < 1 or (total is not None and at >= total):
+        raise ValueError(f"fail_at_step must be an integer in 1..{(total or 2) - 1} (steps "
+                         f"count warm-up steps from 0), got {at!r}")
+    if get_strategy(config.strategy).framework:
+        raise ValueError(f"fail_worker: {config.strategy} has its own runtime; fault injection "
+                         f"covers {', '.join(strategy_names(framework=None))}")
 
 
 @dataclass
@@ -213,6 +242,7 @@ class TrainResult:
     chunks: pd.DataFrame
     weights: torch.Tensor | None = None
     out_dir: Path | None = None
+    failures: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per dead rank event
 
     @property
     def row(self) -> dict[str, Any]:
@@ -293,17 +323,10 @@ def _engine_setup(cfg: dict[str, Any], run_id: str,
     model = build_model(config.model, config.input_shape, num_classes=config.num_classes,
                         **config.model_kwargs)
     model = model.to(device=device, dtype=DTYPES[config.dtype])
-    strategy = make_strategy(config.strategy, model, rank=rank, workers=config.workers,
-                             servers=config.servers, lr=config.lr, momentum=config.momentum,
-                             weight_decay=config.weight_decay, algorithm=config.algorithm,
-                             bucket_mb=config.bucket_mb, overlap=config.overlap,
-                             timeout_s=config.timeout_s or DEFAULT_TIMEOUT_S)
-    if config.compute == "replay":
-        if replay_s is None:
-            raise ValueError("compute replay needs the reference time (train() resolves it)")
-        strategy.set_replay(replay_s * config.time_dilation, seed=config.seed)
+    strategy = _build_strategy(config, model, rank, replay_s)
     run: dict[str, Any] = {"config": config, "rank": rank, "world": world, "role": strategy.role,
-                           "strategy": strategy, "device": device, "step": 0, "perm": (-1, None)}
+                           "strategy": strategy, "device": device, "step": 0, "perm": (-1, None),
+                           "base": (0, 0, 0), "replay_s": replay_s}
     info = {"rank": rank, "role": strategy.role, "params": strategy.n_params, "train_size": 0}
     if strategy.is_worker:
         global_batch = config.batch_size * config.workers
@@ -321,16 +344,48 @@ def _engine_setup(cfg: dict[str, Any], run_id: str,
     return info
 
 
+def _build_strategy(config: TrainConfig, model: torch.nn.Module, rank: int,
+                    replay_s: float | None) -> Strategy:
+    """This rank's strategy object in the current process group (setup, and after re-forming)."""
+    strategy = make_strategy(config.strategy, model, rank=rank, workers=config.workers,
+                             servers=config.servers, lr=config.lr, momentum=config.momentum,
+                             weight_decay=config.weight_decay, algorithm=config.algorithm,
+                             bucket_mb=config.bucket_mb, overlap=config.overlap,
+                             timeout_s=config.timeout_s or DEFAULT_TIMEOUT_S)
+    if config.compute == "replay":
+        if replay_s is None:
+            raise ValueError("compute replay needs the reference time (train() resolves it)")
+        strategy.set_replay(replay_s * config.time_dilation, seed=config.seed)
+    return strategy
+
+
+def _data_position(run: dict[str, Any], step: int) -> tuple[int, int]:
+    """(epoch, first row in that epoch's permutation) of the global batch of `step`.
+
+    Counted from run["base"] = (step0, epoch0, row0), the position where the current global
+    batch size took over (0, 0, 0 unless a checkpoint or a shrunk worker set moved it): each
+    step takes the next N x b rows, a new epoch starts when fewer than that remain."""
+    config: TrainConfig = run["config"]
+    g = config.batch_size * config.workers
+    size = len(run["x"])
+    step0, epoch0, row0 = run["base"]
+    d = step - step0
+    first = (size - row0) // g  # batches left in the base epoch
+    if d < first:
+        return epoch0, row0 + d * g
+    per_epoch = size // g
+    e, j = divmod(d - first, per_epoch)
+    return epoch0 + 1 + e, j * g
+
+
 def _global_batch_rows(run: dict[str, Any], step: int) -> torch.Tensor:
     config: TrainConfig = run["config"]
     b, n = config.batch_size, config.workers
-    g = b * n
-    per_epoch = len(run["x"]) // g
-    epoch, j = divmod(step, per_epoch)
+    epoch, row = _data_position(run, step)
     if run["perm"][0] != epoch:
         gen = torch.Generator().manual_seed(config.seed * 1_000_003 + epoch)
         run["perm"] = (epoch, torch.randperm(len(run["x"]), generator=gen))
-    rows = run["perm"][1][j * g:(j + 1) * g]
+    rows = run["perm"][1][row:row + b * n]
     return rows[run["rank"] * b:(run["rank"] + 1) * b]
 
 
@@ -347,6 +402,7 @@ def _engine_chunk(run_id: str, n_steps: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     if strategy.is_worker:
         for _ in range(n_steps):
+            _maybe_fail(run)
             idx = _global_batch_rows(run, run["step"])
             x = run["x"][idx].to(run["device"], non_blocking=True)
             y = run["y"][idx].to(run["device"], non_blocking=True)
@@ -358,13 +414,175 @@ def _engine_chunk(run_id: str, n_steps: int) -> dict[str, Any]:
         for stats in strategy.serve():
             rows.append({"step": run["step"], **stats.as_row()})
             run["step"] += 1
-    if run["world"] > 1:
-        dist.barrier()
+    lost = _end_barrier(run) if run["world"] > 1 else []
     wall = time.perf_counter() - t0
-    for row in rows:
-        row.update(rank=run["rank"], role=run["role"])
+    for row in rows:  # a survivor renumbered by a re-formed group keeps its first rank here
+        row.update(rank=run.get("first_rank", run["rank"]), role=run["role"])
     return {"rank": run["rank"], "role": run["role"], "wall_s": wall, "end": time.time(),
-            "rows": rows}
+            "rows": rows, "peers_lost": lost}
+
+
+def _maybe_fail(run: dict[str, Any]) -> None:
+    """Fault injection: the configured worker SIGKILLs its own engine process at the start of
+    step fail_at_step (its peers are mid-step: a real crash, nothing cleaned up)."""
+    import os
+    import signal
+
+    config: TrainConfig = run["config"]
+    if config.fail_worker == run["rank"] and config.fail_at_step == run["step"]:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _end_barrier(run: dict[str, Any]) -> list[int]:
+    """The chunk's closing barrier; returns the ranks found dead (async PS goes on without
+    them). A fault-tolerant async PS run uses `_store_barrier`, which a dead rank cannot hold
+    up; every other run gloo's barrier, which fails (or times out) when a peer is gone."""
+    import torch.distributed as dist
+
+    if run.get("peer_pids") and continues_without_dead(run["config"]):
+        return _store_barrier(run)
+    dist.barrier()
+    return []
+
+
+def _store_barrier(run: dict[str, Any], poll_s: float = 0.002) -> list[int]:
+    """Arrive by a counter in the process group's store, then wait until every live rank has.
+
+    Why not gloo's barrier: its dissemination rounds pass through the dead rank, so a live rank
+    can wait the whole collective timeout on a peer that left the barrier with an error. The
+    lowest live worker also sends the server(s) the STOP each dead worker never will (a worker
+    that dies in a chunk dies before its STOP, the chunk's last message), so the server's loop
+    ends with every live worker's updates applied."""
+    from torch.distributed import distributed_c10d
+
+    config: TrainConfig = run["config"]
+    store = distributed_c10d._get_default_store()
+    run["barriers"] = run.get("barriers", 0) + 1
+    key = f"ddlstudy-end-{run['barriers']}"
+    store.add(key, 1)
+    deadline = time.monotonic() + (config.timeout_s or DEFAULT_TIMEOUT_S)
+    stopped = 0
+    while True:
+        dead = _dead_peers(run)
+        if any(r >= config.workers for r in dead):
+            raise RuntimeError(f"server rank(s) {dead} died: async PS cannot go on without them")
+        live = [r for r in range(config.workers) if r not in dead]
+        if dead and run["rank"] == live[0] and stopped < len(dead):
+            run["strategy"].stop_for_dead(len(dead) - stopped)
+            stopped = len(dead)
+        if int(store.add(key, 0)) >= run["world"] - len(dead):
+            return dead
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {run['rank']}: end-of-chunk barrier not reached by every "
+                               f"live rank within {config.timeout_s or DEFAULT_TIMEOUT_S:g} s")
+        time.sleep(poll_s)
+
+
+def continues_without_dead(config: TrainConfig) -> bool:
+    """Async PS goes on with the live workers (no step waits for all); every other strategy
+    needs every rank in each step, so it restarts from a checkpoint instead."""
+    from ddlstudy.strategies import get_strategy
+
+    spec = get_strategy(config.strategy)
+    return spec.family == "ps" and not spec.sync and config.workers > 1
+
+
+def _dead_peers(run: dict[str, Any]) -> list[int]:
+    """Ranks of this process group whose engine (on this host) is gone."""
+    from ddlstudy.cluster import _alive
+
+    return [r for r, pid in enumerate(run.get("peer_pids", [])) if pid and not _alive(pid)]
+
+
+def _engine_arm(run_id: str, peer_pids: list[int]) -> None:
+    """Tell this rank its peers' pids (how a ps_async survivor tells a dead peer)."""
+    _RUNS[run_id]["peer_pids"] = list(peer_pids)
+
+
+def _cpu_state(obj: Any) -> Any:
+    """A state_dict with every tensor copied to CPU (what a checkpoint file holds)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _cpu_state(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cpu_state(v) for v in obj)
+    return obj
+
+
+def _engine_state(run_id: str) -> dict[str, Any]:
+    """This rank's part of a checkpoint: worker: model + optimizer + data position; server: its
+    shard of the weights, its optimizer, its version and update counter."""
+    run = _RUNS[run_id]
+    strategy: Strategy = run["strategy"]
+    opt = getattr(strategy, "opt", None)
+    state: dict[str, Any] = {"rank": run["rank"], "role": run["role"], "step": run["step"],
+                             "opt": _cpu_state(opt.state_dict()) if opt is not None else None}
+    if strategy.is_worker:
+        state["model"] = _cpu_state(strategy.module.state_dict())
+        state["data"] = list(_data_position(run, run["step"]))
+    else:
+        state["w"] = _cpu_state(strategy.w)
+        state["version"] = int(strategy.version)
+    return state
+
+
+def _engine_restore(run_id: str, engine: dict[str, Any]) -> int:
+    """Load a checkpoint's engine states (worker 0's model and optimizer, each server's shard)
+    into this rank; the next step is the checkpoint's. Returns that step."""
+    run = _RUNS[run_id]
+    strategy: Strategy = run["strategy"]
+    config: TrainConfig = run["config"]
+    worker, servers = engine["worker"], engine["servers"]
+    strategy.module.load_state_dict(worker["model"])
+    step = int(worker["step"])
+    opt = getattr(strategy, "opt", None)
+    if strategy.is_worker:
+        if opt is not None and worker.get("opt") is not None:
+            opt.load_state_dict(worker["opt"])
+        if hasattr(strategy, "versions"):
+            strategy.versions = [int(s["version"]) for s in servers]
+        run["step"] = step
+    else:
+        srv = servers[run["rank"] - config.workers]
+        with torch.no_grad():
+            strategy.w.copy_(srv["w"])
+        if srv.get("opt") is not None:
+            opt.load_state_dict(srv["opt"])
+        strategy.version = int(srv["version"])
+        run["step"] = int(srv["step"])
+    run["base"] = (step, *map(int, worker["data"]))
+    run["perm"] = (-1, None)
+    return step
+
+
+def _engine_relayout(run_id: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """After dead workers were dropped and a group of the survivors formed: rebuild this rank's
+    strategy for the smaller layout, keeping its live weights, optimizer and PS version (no
+    rollback); the data stream goes on where it was, in global batches of the survivors."""
+    import torch.distributed as dist
+
+    run = _RUNS[run_id]
+    old: Strategy = run["strategy"]
+    state = _engine_state(run_id)
+    old.close()
+    config = TrainConfig(**cfg)
+    rank = dist.get_rank()
+    strategy = _build_strategy(config, old.module, rank, run.get("replay_s"))
+    if strategy.is_worker:
+        if hasattr(old, "versions"):
+            strategy.versions = list(old.versions)
+        run["base"] = (run["step"], *state["data"])
+        run["perm"] = (-1, None)
+    else:
+        with torch.no_grad():
+            strategy.w.copy_(old.w)
+        strategy.opt.load_state_dict(old.opt.state_dict())
+        strategy.version = old.version
+    run.setdefault("first_rank", run["rank"])
+    run.update(config=config, rank=rank, world=dist.get_world_size(), role=strategy.role,
+               strategy=strategy)
+    return {"rank": rank, "role": strategy.role, "step": run["step"]}
 
 
 def _engine_eval(run_id: str, batch: int = 1000) -> dict[str, float]:
@@ -444,16 +662,128 @@ def _chunk_size(remaining: int, step_time: float | None, cap: int, to_boundary: 
     return max(1, k)
 
 
+@dataclass
+class _Progress:
+    """The driver's counters and records. A checkpoint stores a copy (JSON); a restart returns
+    to it, keeping `failures`, which only grow."""
+
+    done: int = 0  # steps completed, warm-up included
+    timed_done: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[list[float]] = field(default_factory=list)  # [first step, steps, wall_s]
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from: int | None = None  # a rerun's checkpoint step
+
+    def restored(self, snapshot: dict[str, Any] | None) -> _Progress:
+        """The progress at a checkpoint (None: the start), with this run's failures."""
+        back = _Progress(**snapshot) if snapshot else _Progress()
+        back.failures, back.resumed_from = self.failures, self.resumed_from
+        return back
+
+
+def fault_tolerant(config: TrainConfig) -> bool:
+    """Runs with checkpoints or an injected failure recover; others fail fast (issue 12)."""
+    return config.checkpoint_every is not None or config.fail_worker is not None
+
+
+def _resume_point(config: TrainConfig, out_dir: str | Path | None) -> dict[str, Any] | None:
+    """The newest good checkpoint of this same configuration in out_dir, or None."""
+    from ddlstudy import checkpoint
+
+    if out_dir is None or not fault_tolerant(config):
+        return None
+    state = checkpoint.latest(out_dir)
+    if state is not None and state.get("fingerprint") != checkpoint.fingerprint(config.to_dict()):
+        raise ValueError(f"{out_dir} holds checkpoints of another configuration: pass another "
+                         f"--out, or delete {checkpoint.folder(out_dir)} to start over")
+    return state
+
+
+def _start_engines(cluster: Any, config: TrainConfig, run_id: str, replay_s: float, world: int,
+                   timeout_s: float, armed: bool, ckpt: dict[str, Any] | None
+                   ) -> list[dict[str, Any]]:
+    """Build every rank's run (fault injection only while `armed`), then load `ckpt`."""
+    cfg = dict(config.to_dict(), timeout_s=timeout_s)
+    if not armed:
+        cfg.update(fail_worker=None, fail_at_step=None)
+    infos = cluster.run(_engine_setup, cfg, run_id, None if math.isnan(replay_s) else replay_s,
+                        world_size=world, timeout=timeout_s + 300)
+    if fault_tolerant(config):
+        pids = [int(i["pid"]) for i in cluster.info()[:world]]
+        cluster.run(_engine_arm, run_id, pids, world_size=world, timeout=timeout_s + 30)
+    if ckpt is not None:
+        cluster.run(_engine_restore, run_id, ckpt["engine"], world_size=world,
+                    timeout=timeout_s + 300)
+    return infos
+
+
+def _take_checkpoint(cluster: Any, config: TrainConfig, live: TrainConfig, run_id: str,
+                     prog: _Progress, timeout_s: float) -> dict[str, Any]:
+    """Worker 0's and every server's state plus the driver's records, at a chunk boundary."""
+    from ddlstudy import checkpoint
+
+    servers = range(live.workers, live.workers + live.n_servers)
+    engine = {"worker": cluster.run_rank(0, _engine_state, run_id, timeout=timeout_s + 120),
+              "servers": [cluster.run_rank(r, _engine_state, run_id, timeout=timeout_s + 120)
+                          for r in servers]}
+    snap = asdict(prog)
+    for key in ("failures", "resumed_from"):
+        snap.pop(key)
+    return {"step": prog.done, "fingerprint": checkpoint.fingerprint(config.to_dict()),
+            "engine": engine, "driver": checkpoint.pack_driver(snap),
+            "workers": live.workers, "written": time.time()}
+
+
+def _write_progress(out_dir: str | Path, config: TrainConfig, prog: _Progress, ckpt_step: int,
+                    **extra: Any) -> None:
+    """Records up to a checkpoint, so a run killed outright leaves them (meta says 'running')."""
+    from ddlstudy import records
+
+    records.write_table(_steps_frame(prog.rows), out_dir, "steps")
+    records.write_table(_chunks_frame(prog.chunks), out_dir, "chunks")
+    if prog.failures:
+        records.write_table(pd.DataFrame(prog.failures), out_dir, "failures")
+    records.write_meta(out_dir, config.to_dict(), status=f"running: checkpoint at step "
+                       f"{ckpt_step}", failures=prog.failures, **extra)
+
+
+def _chunks_frame(chunks: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(chunks, columns=["chunk", "steps", "wall_s", "images", "images_per_sec"])
+
+
+def _stalled_s(results: list[dict[str, Any] | None]) -> float:
+    """The failed chunk's window minus the longest surviving worker's time in its steps: what
+    waiting on the dead peer (barrier, server) cost async PS inside that chunk."""
+    live = [r for r in results if r is not None]
+    busy = max((sum(x["step_s"] for x in r["rows"]) for r in live if r["role"] == "worker"),
+               default=0.0)
+    return max(0.0, max(r["wall_s"] for r in live) - busy)
+
+
 def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
           progress: bool = True, *, return_weights: bool = False,
+          announce: Callable[[str], None] | None = None,
           network: dict[str, Any] | None = None) -> TrainResult:
     """Run `config` on the cluster's engines (ranks 0..world_size-1); write records to out_dir.
 
     The cluster needs workers + servers engines. Raises ValueError for a bad config (one line),
     TimeoutError / the engine's exception when a rank fails; with out_dir set, a failed run
     still writes the steps it finished and a meta.json that names the error.
+
+    Faults (`checkpoint_every`, `fail_worker`): checkpoints at chunk boundaries every N steps
+    (ddlstudy.checkpoint; in out_dir, or in memory without one). When a worker's engine dies,
+    async PS re-forms its process group with the survivors and goes on (no step redone); every
+    other strategy stops all engines, starts fresh ones and resumes from the last checkpoint
+    (the start when there is none). A rerun with the same out_dir resumes from its newest
+    checkpoint. `announce` gets one line saying what will run (the steps, once known).
     """
+    from dataclasses import replace
+
     from tqdm.auto import tqdm
+
+    from ddlstudy import checkpoint
 
     config.validate()
     own_driver = driver_for(config.strategy)
@@ -465,61 +795,154 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
         raise ValueError(f"{config.strategy} with {config.workers} workers and "
                          f"{config.n_servers} servers needs {world} engines; the cluster has "
                          f"{cluster.size}: start it with --workers {world}")
+    tolerant = fault_tolerant(config)
+    if tolerant and not continues_without_dead(config) and not getattr(cluster, "can_restart",
+                                                                        False):
+        raise ValueError(f"{config.strategy} recovers on fresh engines, which only a local "
+                         "cluster without an emulated network can start: drop --profile / "
+                         "--network, or the fault options")
+    ckpt = _resume_point(config, out_dir)
     timeout_s = config.timeout_s or cluster.collective_timeout_s
     cluster.init_process_group(world_size=world, timeout_s=timeout_s)
     run_id = uuid.uuid4().hex[:12]
     replay_s = replay_seconds(cluster, config) if config.compute == "replay" else math.nan
     net = network_info(cluster, network)
-    rows: list[dict[str, Any]] = []
-    chunks: list[dict[str, Any]] = []
-    evals: list[dict[str, Any]] = []
+    prog = _Progress()
+    if ckpt is not None:
+        prog = _Progress(**checkpoint.driver_records(ckpt))
+        prog.resumed_from = int(ckpt["step"])
+        old = _read_failures(out_dir)
+        prog.failures = old
+    armed = config.fail_worker is not None and not any(f.get("injected") for f in prog.failures)
+    live = config  # the layout that runs: async PS loses workers that die
     weights = None
     bar = None
     error: BaseException | None = None
     infos: list[dict[str, Any]] = []
     try:
-        cfg = dict(config.to_dict(), timeout_s=timeout_s)
-        infos = cluster.run(_engine_setup, cfg, run_id,
-                            None if math.isnan(replay_s) else replay_s, world_size=world,
-                            timeout=timeout_s + 300)
+        infos = _start_engines(cluster, config, run_id, replay_s, world, timeout_s, armed, ckpt)
         train_size = infos[0]["train_size"]
         per_epoch = train_size // (config.batch_size * config.workers)
         steps = config.steps
         if config.epochs is not None:
             steps = max(1, config.epochs * per_epoch - config.warmup_steps)
+        if armed and config.fail_at_step >= config.warmup_steps + steps:
+            raise ValueError(f"fail_at_step {config.fail_at_step} is past the run's last step "
+                             f"{config.warmup_steps + steps - 1}")
+        if announce is not None:
+            epochs = (f" ({config.epochs} epoch(s) of {per_epoch} steps)"
+                      if config.epochs is not None else "")
+            again = (f"; resuming from the checkpoint at step {prog.done}"
+                     if prog.resumed_from is not None else "")
+            announce(f"Running {config.warmup_steps} warm-up + {steps} timed steps{epochs}"
+                     f"{again}...")
         evaluate = config.eval and config.real_data
-        bar = tqdm(total=config.warmup_steps + steps, desc=config.label, unit="step",
-                   disable=not progress, dynamic_ncols=True)
-        done, timed_done, step_time = 0, 0, None
-        while timed_done < steps:
-            warm = done < config.warmup_steps
-            remaining = config.warmup_steps - done if warm else steps - timed_done
+        bar = tqdm(total=config.warmup_steps + steps, initial=prog.done, desc=config.label,
+                   unit="step", disable=not progress, dynamic_ncols=True)
+        step_time = None
+        every = config.checkpoint_every
+        wire = WireBytes(cluster, world)  # per-node bytes on emulated links (ddlstudy.wire)
+        while prog.timed_done < steps:
+            warm = prog.done < config.warmup_steps
+            remaining = config.warmup_steps - prog.done if warm else steps - prog.timed_done
             cap = remaining if warm else max(1, math.ceil(steps / MIN_TIMED_CHUNKS))
-            to_boundary = per_epoch - done % per_epoch if evaluate else None
-            k = _chunk_size(remaining, step_time, cap, to_boundary)
+            bounds = [per_epoch - prog.done % per_epoch if evaluate else 0,
+                      every - prog.done % every if every else 0]
+            k = _chunk_size(remaining, step_time, cap, min([b for b in bounds if b] or [0]))
             budget = 600.0 if step_time is None else 10 * step_time + 60
-            results = cluster.run(_engine_chunk, run_id, k, world_size=world,
-                                  timeout=timeout_s + 60 + k * budget)
+            t_submit = time.monotonic()
+            wire.mark(timed=not warm)
+            pending = cluster.submit(_engine_chunk, run_id, k, world_size=world)
+            wait_s = timeout_s + 60 + k * budget
+            try:
+                results = cluster.wait(pending, wait_s)
+            except RankFailed as err:
+                if not tolerant:
+                    raise
+                t_detect = time.monotonic()
+                dead = cluster.dead_ranks(world)
+                injected = armed and config.fail_worker in dead
+                armed = armed and not injected
+                where = config.fail_at_step if injected else prog.done
+                failure = {"failure": len(prog.failures), "ranks": " ".join(map(str, dead)),
+                           "error": str(err).split(";")[0], "injected": injected, "step": where,
+                           "detected_after_s": t_detect - t_submit}
+                if (continues_without_dead(live) and dead and len(dead) < live.workers
+                        and all(r < live.workers for r in dead)):
+                    results = cluster.wait(pending, wait_s, ignore=dead)  # survivors finish
+                    t_back = time.monotonic()
+                    live = replace(live, workers=live.workers - len(dead), fail_worker=None,
+                                   fail_at_step=None)
+                    cluster.drop_ranks(dead)
+                    world -= len(dead)
+                    cluster.init_process_group(world_size=world, timeout_s=timeout_s)
+                    cluster.run(_engine_relayout, run_id, dict(live.to_dict(),
+                                                               timeout_s=timeout_s),
+                                world_size=world, timeout=timeout_s + 120)
+                    cluster.run(_engine_arm, run_id, [int(i["pid"]) for i in cluster.info()],
+                                world_size=world, timeout=timeout_s + 30)
+                    stalled = _stalled_s(results)
+                    recovery = time.monotonic() - t_back
+                    failure.update(action="continue", checkpoint_step=math.nan, steps_redone=0,
+                                   discarded_s=0.0, stalled_s=stalled, recovery_s=recovery,
+                                   time_lost_s=stalled + recovery, workers_after=live.workers)
+                    prog.failures.append(failure)
+                    results = [r for r in results if r is not None]
+                else:
+                    back_to = int(ckpt["step"]) if ckpt is not None else 0
+                    discarded = sum(w[2] for w in prog.windows if w[0] >= back_to)
+                    cluster.restart()
+                    live, world = config, config.world_size
+                    cluster.init_process_group(world_size=world, timeout_s=timeout_s)
+                    _start_engines(cluster, config, run_id, replay_s, world, timeout_s, armed,
+                                   ckpt)
+                    snapshot = checkpoint.driver_records(ckpt) if ckpt is not None else None
+                    prog = prog.restored(snapshot)
+                    recovery = time.monotonic() - t_detect
+                    stalled = t_detect - t_submit
+                    failure.update(action="restart", checkpoint_step=back_to,
+                                   steps_redone=max(0, where - back_to), discarded_s=discarded,
+                                   stalled_s=stalled, recovery_s=recovery,
+                                   time_lost_s=discarded + stalled + recovery,
+                                   workers_after=live.workers)
+                    prog.failures.append(failure)
+                    step_time = None
+                    bar.reset(total=config.warmup_steps + steps)
+                    bar.update(prog.done)
+                    if progress:
+                        tqdm.write(f"rank(s) {failure['ranks']} died at step {where}: restarted "
+                                   f"on fresh engines from step {back_to}")
+                    continue
+                if progress:
+                    tqdm.write(f"rank(s) {failure['ranks']} died at step {where}: going on with "
+                               f"{live.workers} workers")
             wall = max(r["wall_s"] for r in results)  # barrier release skew: the longest
             step_time = wall / k
-            done += k
+            prog.windows.append([prog.done, k, wall])
+            prog.done += k
             if not warm:
-                index = len(chunks)
+                wire.add()
+                index = len(prog.chunks)
                 chunk_rows = [dict(r, chunk=index) for res in results for r in res["rows"]]
-                rows += chunk_rows
+                prog.rows += chunk_rows
                 images = sum(r["images"] for r in chunk_rows if r["role"] == "worker")
-                chunks.append({"chunk": index, "steps": k, "wall_s": wall, "images": images,
-                               "images_per_sec": images / wall})
-                timed_done += k
+                prog.chunks.append({"chunk": index, "steps": k, "wall_s": wall,
+                                    "images": images, "images_per_sec": images / wall})
+                prog.timed_done += k
                 if progress:
-                    tqdm.write(f"Iter #{index}: {images / wall / config.workers:.1f} img/sec "
+                    tqdm.write(f"Iter #{index}: {images / wall / live.workers:.1f} img/sec "
                                "per worker")
             bar.update(k)
-            if evaluate and (done % per_epoch == 0 or timed_done >= steps):
+            if evaluate and (prog.done % per_epoch == 0 or prog.timed_done >= steps):
                 ev = cluster.run_rank(0, _engine_eval, run_id, timeout=timeout_s + 600)
-                evals.append({"epoch": done / per_epoch, "step": done, **ev})
+                prog.evals.append({"epoch": prog.done / per_epoch, "step": prog.done, **ev})
                 if progress:
                     bar.set_postfix(acc=f"{ev['test_accuracy']:.3f}")
+            if every and (prog.done % every == 0 or prog.timed_done >= steps):
+                ckpt = _take_checkpoint(cluster, config, live, run_id, prog, timeout_s)
+                if out_dir is not None:
+                    checkpoint.save(out_dir, ckpt)
+                    _write_progress(out_dir, config, prog, prog.done, network=net)
         if return_weights:
             weights = cluster.run_rank(0, _engine_weights, run_id, timeout=timeout_s + 60)
     except BaseException as err:
@@ -534,20 +957,61 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
         except Exception:  # noqa: BLE001 - a stuck engine must not hide the real error
             pass
         if error is not None and out_dir is not None:
-            _write_partial(out_dir, config, rows, error, network=net)
+            _write_partial(out_dir, config, prog.rows, error, network=net,
+                           failures=prog.failures)
     n_params = infos[0]["params"] if infos else 0
-    steps_df = _steps_frame(rows).assign(**_compute_columns(config, replay_s))
-    chunks_df = pd.DataFrame(chunks, columns=["chunk", "steps", "wall_s", "images",
-                                              "images_per_sec"])
-    evals_df = pd.DataFrame(evals, columns=["epoch", "step", "test_accuracy", "test_loss",
-                                            "test_size"])
+    steps_df = _steps_frame(prog.rows).assign(**_compute_columns(config, replay_s))
+    chunks_df = _chunks_frame(prog.chunks)
+    evals_df = pd.DataFrame(prog.evals, columns=["epoch", "step", "test_accuracy", "test_loss",
+                                                 "test_size"])
     summary = summarize(config, steps_df, chunks_df, evals_df, n_params, replay_s=replay_s,
                         network=net)
+    summary = summary.assign(**_fault_columns(config, prog, live))
+    if infos:
+        wire.apply_to_run(summary, config, prog.timed_done)
     result = TrainResult(config, summary, steps_df, evals_df, chunks_df, weights)
+    result.failures = pd.DataFrame(prog.failures, columns=FAILURE_COLUMNS)
     if out_dir is not None:
         result.out_dir = write_result(result, out_dir, engines=cluster.info()[:world],
-                                      network=net, **_compute_columns(config, replay_s))
+                                      network=net, failures=prog.failures,
+                                      resumed_from=prog.resumed_from,
+                                      **_compute_columns(config, replay_s))
     return result
+
+
+FAILURE_COLUMNS = ["failure", "ranks", "injected", "step", "action", "checkpoint_step",
+                   "steps_redone", "detected_after_s", "discarded_s", "stalled_s", "recovery_s",
+                   "time_lost_s", "workers_after", "error"]
+
+
+def _read_failures(out_dir: str | Path | None) -> list[dict[str, Any]]:
+    """Failures an earlier attempt of this run recorded (meta.json), so a rerun keeps them."""
+    if out_dir is None:
+        return []
+    try:
+        meta = json.loads((Path(out_dir) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return []
+    found = meta.get("failures") or []
+    return [dict(f) for f in found if isinstance(f, dict)]
+
+
+def _fault_columns(config: TrainConfig, prog: _Progress, live: TrainConfig) -> dict[str, Any]:
+    """What faults cost the run, as summary.csv columns (zeros and NaN for a run without)."""
+    fails = prog.failures
+    return {
+        "checkpoint_every": config.checkpoint_every if config.checkpoint_every else math.nan,
+        "failures": len(fails),
+        "restarts": sum(f["action"] == "restart" for f in fails),
+        "continued": sum(f["action"] == "continue" for f in fails),
+        "steps_redone": int(sum(f["steps_redone"] for f in fails)),
+        "time_lost_s": float(sum(f["time_lost_s"] for f in fails)) if fails else 0.0,
+        "recovery_s": float(sum(f["recovery_s"] for f in fails)) if fails else 0.0,
+        "workers_final": live.workers,
+        "resumed_from_step": (prog.resumed_from if prog.resumed_from is not None
+                              else math.nan),
+        "steps_completed": prog.done,
+    }
 
 
 def _compute_columns(config: TrainConfig, replay_s: float) -> dict[str, Any]:
@@ -674,6 +1138,8 @@ def write_result(result: TrainResult, out_dir: str | Path, **extra: Any) -> Path
     records.write_table(result.chunks, out, "chunks")
     if len(result.evals):
         records.write_table(result.evals, out, "eval")
+    if len(result.failures):
+        records.write_table(result.failures, out, "failures")
     records.write_meta(out, result.config.to_dict(), status="ok", **extra)
     return out
 

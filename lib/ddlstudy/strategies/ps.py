@@ -119,6 +119,15 @@ class ParameterServer(Strategy):
             works.append(self.dist.isend(hdr, srv, tag=TAG_PUSH_HDR))
         _wait(works, self.timeout_s, f"{self.name} stop from worker {self.rank}")
 
+    def stop_for_dead(self, count: int) -> None:
+        """A live worker sends each server `count` STOPs on behalf of workers that died before
+        their chunk's STOP (the server counts STOPs, not senders), so its serve loop ends
+        (async PS going on without them: ddlstudy.trainer)."""
+        hdrs = [torch.tensor([STOP, v], dtype=torch.int64) for v in self.versions]
+        works = [self.dist.isend(hdrs[s], srv, tag=TAG_PUSH_HDR)
+                 for s, srv in enumerate(self.layout.server_ranks) for _ in range(count)]
+        _wait(works, self.timeout_s, f"{self.name} stop for dead workers from {self.rank}")
+
     # -- server side
     def _apply(self, grad: torch.Tensor) -> None:
         self.w.grad = grad
