@@ -164,14 +164,14 @@ def test_fourie_bracketing_reason_follows_the_records(tmp_path: Path, err: float
         assert f"bit-identical in every trial: {identical}" in row["reason"]
 
 
-@pytest.mark.parametrize(("top", "expected"), [(3.6, "agrees"), (1.2, "differs"),
+@pytest.mark.parametrize(("top", "expected"), [(3.9, "agrees"), (1.2, "differs"),
                                                (None, "not measured")])
 def test_malik_horovod_scaling_reads_the_horovod_strategy(tmp_path: Path, top, expected) -> None:
     ips = {("allreduce", 1): [10, 10, 10], ("allreduce", 4): [30, 30, 30]}
-    if top is not None:
+    if top is not None:  # chapter 07's records; "almost linear": efficiency above 0.9
         ips |= {("horovod", 1): [10, 10.2, 9.8], ("horovod", 4): [top * 10, top * 10.2,
                                                                    top * 9.8]}
-    _write(tmp_path, "03_ps_vs_ring-small", "summary", _grid(ips))
+    _write(tmp_path, "07_frameworks", "summary", _grid(ips))
     assert _verdict(_table(tmp_path), "Malik 2018", "Horovod scaling") == expected
 
 
@@ -198,7 +198,7 @@ def test_wang_horovod_vs_distributed_tf(tmp_path: Path, hv, tf, expected) -> Non
     ips = {("tf_ps_sync", 2): [tf, tf * 1.01, tf * 0.99]}
     if hv is not None:
         ips[("horovod", 2)] = [hv, hv * 1.01, hv * 0.99]
-    _write(tmp_path, "03_ps_vs_ring-small", "summary", _grid(ips))
+    _write(tmp_path, "07_frameworks", "summary", _grid(ips))  # chapter 07's records
     assert _verdict(_table(tmp_path), "Wang (NCHC)", "images/sec") == expected
 
 

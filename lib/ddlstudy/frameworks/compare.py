@@ -119,6 +119,15 @@ def source(profile: str) -> str:
     return f"emulated ({profile}-like shaped links, replayed compute)"
 
 
+def _labelled(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with `profile` and `network` columns (records without them: loopback)."""
+    if "network" not in summary:
+        summary = summary.assign(network=summary.get("profile", "none"))
+    if "profile" not in summary:
+        summary = summary.assign(profile=summary["network"])
+    return summary
+
+
 def _cells(summary: pd.DataFrame, chunks: pd.DataFrame, cells: list[dict[str, Any]]
            ) -> tuple[Any, str] | None:
     """ratio_ci of the first cell's images/sec over the second's (paired over interleaved
@@ -144,6 +153,7 @@ def efficiency_estimates(summary: pd.DataFrame, chunks: pd.DataFrame,
     out = []
     if summary.empty or "strategy" not in summary:
         return out
+    summary = _labelled(summary)
     for profile, part in summary[summary["strategy"] == strategy].groupby("profile"):
         workers = set(part["workers"].astype(int))
         if 1 not in workers or max(workers) < 2:
@@ -165,7 +175,7 @@ def horovod_vs_tf(summary: pd.DataFrame, chunks: pd.DataFrame) -> list[dict[str,
     out = []
     if summary.empty or "strategy" not in summary:
         return out
-    for profile, part in summary.groupby("profile"):
+    for profile, part in _labelled(summary).groupby("profile"):
         have = set(part["strategy"])
         tf = next((s for s in TF_PS_ORDER if s in have), None)
         if "horovod" not in have or tf is None:
@@ -189,7 +199,7 @@ def pair(summary: pd.DataFrame, chunks: pd.DataFrame, a: str, b: str) -> list[di
     out = []
     if summary.empty or "strategy" not in summary:
         return out
-    for profile, part in summary.groupby("profile"):
+    for profile, part in _labelled(summary).groupby("profile"):
         common = (set(part[part["strategy"] == a]["workers"].astype(int))
                   & set(part[part["strategy"] == b]["workers"].astype(int)))
         if not common:
