@@ -19,26 +19,31 @@ from functools import partial
 from ddlstudy.strategies.registry import StrategySpec, register_strategy, strategy_names
 
 
+def _missing(strategy: str) -> str | None:
+    """`missing`, looked up when called (so a patched `missing` is the one asked)."""
+    return missing(strategy)
+
+
 def _register() -> None:
     """The framework strategies, in the one registry (ddlstudy.strategies.registry); built on
     use, so importing ddlstudy imports neither horovod nor tensorflow."""
     register_strategy(StrategySpec(
         "horovod", "ddlstudy.frameworks.horovod:Horovod", family="allreduce",
         framework="horovod", options=("bucket_mb",), bytes_source="analytic",
-        missing=partial(missing, "horovod"),
+        missing=partial(_missing, "horovod"),
         summary="Horovod's gloo ring through hvd.DistributedOptimizer"))
     tf = dict(factory=None, driver="ddlstudy.frameworks.tf_strategies:train",
               framework="tensorflow", bytes_source="counted")
     register_strategy(StrategySpec(
         "tf_ps_sync", family="ps", default_servers=1, extra_engines=1,
-        missing=partial(missing, "tf_ps_sync"), **tf,
+        missing=partial(_missing, "tf_ps_sync"), **tf,
         summary="TF synchronous parameter servers (between-graph replication)"))
     register_strategy(StrategySpec(
         "tf_ps_async", family="ps", default_servers=1, extra_engines=1, sync=False,
-        records_staleness=True, missing=partial(missing, "tf_ps_async"), **tf,
+        records_staleness=True, missing=partial(_missing, "tf_ps_async"), **tf,
         summary="TF ParameterServerStrategy + ClusterCoordinator"))
     register_strategy(StrategySpec(
-        "tf_allreduce", family="allreduce", missing=partial(missing, "tf_allreduce"), **tf,
+        "tf_allreduce", family="allreduce", missing=partial(_missing, "tf_allreduce"), **tf,
         summary="TF MultiWorkerMirroredStrategy, RING communication"))
 
 
