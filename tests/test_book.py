@@ -21,6 +21,7 @@ NOISY = [
     (None, "from tqdm.auto import tqdm\nfor _ in tqdm(range(3)): pass"),
     (None, "print({run!r} + '/02_collectives/collectives.csv')"),
     (None, "raise ValueError('bad value')"),
+    ("interactive", "import ipywidgets\nipywidgets.IntSlider(description='what-if')"),
 ]
 
 
@@ -63,6 +64,7 @@ def test_clean_copy_drops_noise_and_paths(executed) -> None:
     assert all("hide-input" in c.metadata["tags"] or "remove-cell" in c.metadata["tags"]
                for c in code)
     assert "remove-cell" in code[0].metadata["tags"]  # the default parameters: shadowed
+    assert "what-if" not in text  # JupyterLab-only sliders: not on the static page
     assert nb.cells[0].source == "# 9. A chapter"  # the summary opens the chapter
     assert "What this run found" in nb.cells[1].source and "The summary." in nb.cells[1].source
 

@@ -449,3 +449,24 @@ def test_collectives_validation_error_follows_the_records(tmp_path: Path, capsys
     assert M.main(["validate-collectives", str(tmp_path / "none")]) == 2
     with pytest.raises(M.RecordsError, match="link_bps"):
         M.validate_collectives(bench.drop(columns="link_bps"))
+
+
+def test_whatif_sliders_build_and_draw_the_projection() -> None:
+    """Chapter 06's sliders: built headless with no output, and a redraw projects both setups."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddlstudy import explore
+
+    c = M.Constants(host_s_per_byte=0.0)
+    ui = explore.sliders(["resnet50", "alexnet"], c, [1, 8, 64], "imagenet", 128,
+                         "ring_pipelined", "analytic", start=dict(
+                             model="resnet50", profile="10GbE", replay_source="gpu",
+                             latency_s=None, servers=1, bucket_mb=25.0, compute_scale=1.0))
+    out = ui.children[-1]
+    assert out.outputs == ()  # nothing drawn until a reader acts
+    fig = explore.draw("resnet50", "10GbE", "gpu", None, 0, 25.0, 1.0, c, [1, 8, 64],
+                       "imagenet", 128, "ring_pipelined", "analytic")
+    ring, ps = fig.axes[0].get_lines()
+    assert list(ring.get_xdata()) == [1, 8, 64] and ring.get_ydata()[0] == pytest.approx(1.0)
+    assert "S = N" in ps.get_label()

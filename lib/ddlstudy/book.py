@@ -113,6 +113,8 @@ def _tags(cell: Any) -> list[str]:
 def clean_notebook(nb: Any, run_dir: Path, summary: str, title_suffix: str = "") -> Any:
     """The copy the book renders: code folded, noise gone, paths relative, summary on top."""
     nb.metadata.pop("widgets", None)
+    # JupyterLab-only cells (sliders): on a static page they would move nothing
+    nb.cells = [c for c in nb.cells if "interactive" not in _tags(c)]
     for cell in nb.cells:
         cell.source = scrub_paths(cell.source, run_dir)
         if cell.cell_type != "code":
