@@ -208,6 +208,20 @@ def test_a_bad_registration_is_one_line() -> None:
         get_strategy("gossip")
 
 
+@pytest.mark.parametrize("name", ["strategies", "algorithms"])
+def test_docs_tables_are_the_registries(name: str) -> None:
+    """docs/extending.md's tables of built-ins are generated from the registries, not typed."""
+    from ddlstudy.collectives.registry import algorithm_table
+    from ddlstudy.lazy import markdown_table
+    from ddlstudy.strategies.registry import spec_table
+
+    rows = spec_table() if name == "strategies" else algorithm_table()
+    want = markdown_table(rows)
+    got = re.search(rf"<!-- registry: {name} -->\n(.*?)<!-- /registry -->", DOC.read_text(),
+                    re.S).group(1)
+    assert got == want, f"docs/extending.md: replace the {name} table with\n{want}"
+
+
 # ----------------------------------------------------------------------------- docs' examples
 def _doc_block(heading: str) -> str:
     """The first python block under `heading` in docs/extending.md."""

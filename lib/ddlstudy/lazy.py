@@ -37,3 +37,14 @@ class LiveNames(Sequence[str]):
 
     def __repr__(self) -> str:
         return repr(tuple(self._names()))
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A registry's rows as a markdown table: how docs/extending.md shows the built-ins (its
+    tables are regenerated from the registries, and tests/test_registry.py checks they match)."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

@@ -106,6 +106,18 @@ def cost_terms(algorithm: str, nbytes: float, p: int,
     return get_algorithm(algorithm).cost_terms(nbytes, p, segment_bytes)
 
 
+def algorithm_table() -> list[dict[str, Any]]:
+    """One row per registered algorithm (its code is named, not imported)."""
+    def where(code: Code | None) -> str:
+        if code is None:
+            return "torch.distributed"
+        return code if isinstance(code, str) else f"{code.__module__}:{code.__qualname__}"
+
+    return [{"algorithm": a.name, "code": f"`{where(a.run)}`", "summary": a.summary}
+            for a in ALGORITHMS.values()]
+
+
+
 def _builtin(name: str, run: str | None, traffic: str, terms: str, summary: str) -> None:
     """A built-in algorithm; code named as "file:function" inside ddlstudy.collectives."""
     def full(ref: str) -> str:

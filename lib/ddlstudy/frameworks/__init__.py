@@ -33,7 +33,7 @@ def _register() -> None:
         missing=partial(_missing, "horovod"),
         summary="Horovod's gloo ring through hvd.DistributedOptimizer"))
     tf = dict(factory=None, driver="ddlstudy.frameworks.tf_strategies:train",
-              framework="tensorflow", bytes_source="counted")
+              framework="tensorflow", bytes_source="analytic")
     register_strategy(StrategySpec(
         "tf_ps_sync", family="ps", default_servers=1, extra_engines=1,
         missing=partial(_missing, "tf_ps_sync"), **tf,

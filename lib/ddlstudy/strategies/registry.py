@@ -168,6 +168,16 @@ def make_strategy(name: str, model: nn.Module, *, rank: int = 0, workers: int = 
     return spec.build(model, rank=rank, layout=layout, **kw)
 
 
+def spec_table() -> list[dict[str, Any]]:
+    """One row per registered strategy: the properties the rest of ddlstudy reads."""
+    return [{"strategy": s.name, "kind": s.kind, "sync": "yes" if s.sync else "no",
+             "servers": s.default_servers or "-", "options": ", ".join(s.options) or "-",
+             "bytes": s.bytes_source, "staleness": "yes" if s.records_staleness else "-",
+             "step model": s.step_model or "-", "summary": s.summary}
+            for s in STRATEGIES.values()]
+
+
+
 # The built-in strategies, in the order tables list them; code in one file per family.
 # Horovod and TensorFlow register from ddlstudy.frameworks (imported at the end).
 register_strategy(StrategySpec(
