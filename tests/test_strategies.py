@@ -53,7 +53,13 @@ def test_layout_puts_servers_after_workers() -> None:
 
 
 def test_servers_default_per_strategy() -> None:
-    assert [servers_for(s, None) for s in STRATEGIES] == [0, 1, 1, 2, 0, 0, 0, 1, 1, 0]
+    """Each spec's default; a ps_* strategy has servers, nothing else does."""
+    assert {s: servers_for(s, None) for s in ("single", "ps_sync", "ps_async", "ps_sharded",
+                                               "allreduce", "ddp")} == \
+        {"single": 0, "ps_sync": 1, "ps_async": 1, "ps_sharded": 2, "allreduce": 0, "ddp": 0}
+    for name, spec in STRATEGIES.items():
+        assert servers_for(name, None) == spec.default_servers
+        assert (servers_for(name, None) > 0) == (spec.family == "ps")
     assert servers_for("ps_sharded", 3) == 3
     assert servers_for("allreduce", 3) == 0
 
