@@ -216,3 +216,44 @@ def test_killed_run_leaves_records_and_rerun_resumes(tmp_path: Path) -> None:
     stamps.alive()  # the killed run's engines are orphans: the rerun's cluster start stops them
     time.sleep(1)
     assert [st["pid"] for st in stamps.stamps.values() if cl._matches(st)] == []
+
+
+# ----------------------------------------------------------------------------- chapter 10
+def _runs(loss_fail: list[float]) -> pd.DataFrame:
+    """Synthetic runs.csv: allreduce restarts (3 repeats), ps_async goes on."""
+    rows = []
+    for rep, lf in enumerate(loss_fail):
+        for strategy, restarts, lost, redone, workers in (("allreduce", 1, 20.0 + rep, 2, 3),
+                                                          ("ps_async", 0, 0.5 + rep / 10, 0, 2)):
+            base = {"strategy": strategy, "repeat": rep, "error": "", "steps": 40,
+                    "test_accuracy": 0.5}
+            rows.append({**base, "arm": "clean", "run_wall_s": 10.0, "loss_last": 1.0,
+                         "time_lost_s": 0.0, "restarts": 0, "steps_redone": 0,
+                         "recovery_s": 0.0, "workers_final": 3})
+            rows.append({**base, "arm": "failure", "run_wall_s": 10.0 + lost,
+                         "loss_last": lf if strategy == "allreduce" else 1.0 + 0.1 * (rep + 1),
+                         "time_lost_s": lost, "restarts": restarts, "steps_redone": redone,
+                         "recovery_s": lost * 0.9, "workers_final": workers})
+    return pd.DataFrame(rows)
+
+
+def test_recovery_costs_and_prose_follow_the_records() -> None:
+    from ddlstudy import recovery
+
+    costs = recovery.cost_table(_runs([1.0, 1.0, 1.0]))
+    by = costs.set_index("strategy")
+    assert by.loc["allreduce", "recovery"] == "restart"
+    assert by.loc["ps_async", "recovery"] == "continue"
+    assert by.loc["allreduce", "time_lost_s"] == 21.0 and by.loc["allreduce", "steps_redone"] == 2
+    assert by.loc["allreduce", "loss_verdict"] == "identical"
+    assert by.loc["ps_async", "loss_verdict"] == "differs"  # +0.1..0.3 in every repeat
+    assert by.loc["allreduce", "wall_verdict"] == "agrees"  # failing runs all slower
+    text = " ".join(recovery.sentences(costs))
+    assert "allreduce: restarted all engines" in text and "redid 2 steps" in text
+    assert "ps_async: went on with 2 workers" in text
+    assert "exactly the clean run's training loss" in text
+    changed = recovery.cost_table(_runs([1.0, 1.5, 0.9]))  # restart that did not replay
+    assert changed.set_index("strategy").loc["allreduce", "loss_verdict"] != "identical"
+    summary = recovery.summary_text(costs)
+    assert "allreduce restarted" in summary and "ps_async went on" in summary
+    assert "identical to the run without failure: allreduce" in summary

@@ -50,6 +50,7 @@ CHAPTERS = ("00_background", "01_cluster_setup", "02_collectives", "03_ps_vs_rin
             "04_utilization_traffic", "05_network_profiles", "06_projection", "99_conclusions")
 CHAPTERS += ("08_convergence", "09_batch_size")  # training dynamics (ddlstudy.dynamics)
 CHAPTERS += ("07_frameworks",)  # Horovod and TensorFlow beside ddlstudy's own (frameworks/)
+CHAPTERS += ("10_faults",)  # a worker that dies: recovery per strategy (ddlstudy.recovery)
 
 # Input limits: a params file is a few KB; these stop a small file allocating gigabytes.
 MAX_FILE_BYTES = 1 << 20
@@ -491,6 +492,39 @@ class FrameworksParams(_Section):
         return _known(v, NETWORKS, "network profile")
 
 
+class FaultsParams(_Section):
+    """Chapter 10: a worker's engine SIGKILLed at `fail_at_step`; per strategy, a clean and a
+    failing run per repeat (interleaved), both checkpointing every `checkpoint_every` steps."""
+
+    strategies: LocalStrategies = Field(default_factory=lambda: [
+        "allreduce", "ddp", "ps_sync", "ps_async"])
+    model: ModelName = "mlp"
+    dataset: DatasetName = "digits"
+    workers: int = Field(3, ge=2, le=64, description="N >= 2: a survivor must be left")
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(40, ge=1, le=1_000_000)
+    warmup_steps: int = Field(2, ge=0, le=1_000_000)
+    lr: float = Field(0.05, gt=0, le=100)
+    checkpoint_every: int = Field(5, ge=1, le=1_000_000)
+    fail_worker: int = Field(1, ge=0)
+    fail_at_step: int = Field(12, ge=1)
+    repeats: int = Field(3, ge=1, le=100)
+    timeout_s: float = Field(20.0, gt=0, le=MAX_TIMEOUT_S,
+                             description="collective timeout: bounds detection and recovery")
+
+    @model_validator(mode="after")
+    def _fits(self) -> FaultsParams:
+        if self.fail_worker >= self.workers:
+            raise ValueError(f"fail_worker {self.fail_worker} must be a worker rank "
+                             f"0..{self.workers - 1}")
+        if self.fail_at_step >= self.warmup_steps + self.steps:
+            raise ValueError(f"fail_at_step {self.fail_at_step} must be below warmup_steps + "
+                             f"steps = {self.warmup_steps + self.steps}")
+        if single := [s for s in self.strategies if STRATEGIES[s].family == "single"]:
+            raise ValueError(f"{single[0]} runs one worker, nothing survives it: drop it")
+        return self
+
+
 class ReportParams(_Section):
     chapters: list[str] = Field(default_factory=lambda: list(CHAPTERS))
     kernel: str = "python3"
@@ -520,6 +554,7 @@ class StudyParams(_Section):
     convergence: ConvergenceParams = Field(default_factory=ConvergenceParams)
     batch_sweep: BatchSizeParams = Field(default_factory=BatchSizeParams)
     frameworks: FrameworksParams = Field(default_factory=FrameworksParams)
+    faults: FaultsParams = Field(default_factory=FaultsParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
     @model_validator(mode="after")

@@ -238,6 +238,14 @@ def frameworks(folder: Path) -> str:
                                "images_per_sec_cluster", "efficiency"))
 
 
+def faults(folder: Path) -> str:
+    """Chapter 10: how each strategy recovered from a dead worker, and what it lost."""
+    from ddlstudy.recovery import summary_text
+
+    return summary_text(_table(folder, "costs", "strategy", "recovery", "time_lost_s",
+                               "steps_redone"))
+
+
 SUMMARIES: dict[str, Summary] = {
     "00_background": background,
     "01_cluster_setup": cluster_setup,
@@ -249,6 +257,7 @@ SUMMARIES: dict[str, Summary] = {
     "07_frameworks": frameworks,
     "08_convergence": convergence,
     "09_batch_size": batch_size,
+    "10_faults": faults,
     "99_conclusions": conclusions,
 }
 
