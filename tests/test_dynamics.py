@@ -132,3 +132,22 @@ def test_bracketing_not_measured_without_chapter_08(tmp_path: Path) -> None:
     folders = conclusions.chapter_folders(["00_background"], ["mlp"])
     rows = conclusions.fourie_bracketing(tmp_path, folders)
     assert any("not in this run's report.chapters" in r["reason"] for r in rows)
+
+
+def test_run_plan_keeps_batch_sizes_apart_and_runs_shared_configs_once(cluster: Cluster,
+                                                                      tmp_path: Path) -> None:
+    """Cell labels name strategy, model and workers, not the batch: two batches must not share
+    (and overwrite) one folder; a config two sections list runs once."""
+    small = replace(TINY, epochs=None, steps=2, warmup_steps=1, eval=False, batch_size=8)
+    big = replace(small, batch_size=16)
+    runs = dynamics.run_plan(cluster, [("a", small), ("a", big), ("b", small)], tmp_path)
+    assert runs["error"].tolist() == ["", "", ""]
+    assert runs["folder"].iloc[0] != runs["folder"].iloc[1]
+    assert runs["folder"].iloc[0] == runs["folder"].iloc[2]
+    final = dynamics.finals(runs)
+    sizes = [int(pd.read_csv(Path(f) / "summary.csv")["batch_size"].iloc[0])
+             for f in runs["folder"]]
+    assert sizes == [8, 16, 8] and final["images_per_sec"].gt(0).all()
+    times = dynamics.epoch_times(final, samples=1438)
+    assert times["time_source"].str.startswith("extrapolated").all()
+    np.testing.assert_allclose(times["time_per_epoch_s"], 1438 / final["images_per_sec"])

@@ -368,10 +368,11 @@ def epoch_times(final: pd.DataFrame, samples: int) -> pd.DataFrame:
     where a run trained whole epochs, else extrapolated (images/sec over `samples`), labelled
     in time_source."""
     out = final.copy()
-    trained = out["epochs"].notna() & (out["epochs"] > 0)
-    measured = out["wall_s"] / out["epochs"]
-    extrapolated = samples / out["images_per_sec"]
-    out["time_per_epoch_s"] = measured.where(trained, extrapolated)
+    epochs = pd.to_numeric(out["epochs"], errors="coerce")
+    trained = epochs.notna() & (epochs > 0)
+    measured = out["wall_s"].astype(float) / epochs
+    extrapolated = samples / out["images_per_sec"].astype(float)
+    out["time_per_epoch_s"] = measured.where(trained, extrapolated).astype(float)
     out["time_source"] = np.where(trained, "measured (whole epochs, one host)",
                                   "extrapolated from timed steps (images/sec), one host")
     return out
