@@ -180,14 +180,15 @@ def gaps_to(curve: pd.DataFrame, reference: str, keys: Sequence[str],
     return other
 
 
-def gap_table(gaps: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """Per group: the largest |gap| over epochs and seeds, and the final epoch's gap as a
-    median with its interval over seeds and the verdict against 0 (no difference)."""
+def gap_table(gaps: pd.DataFrame, by: Sequence[str],
+              column: str = "test_accuracy") -> pd.DataFrame:
+    """Per group: the largest |gap| over epochs and seeds, and the final epoch's `column` minus
+    the reference's, paired by seed (ddlstudy.stats.diff_ci), with the verdict against 0."""
     rows = []
     for key, grp in gaps.groupby(list(by), sort=True):
         keys = key if isinstance(key, tuple) else (key,)
-        last = grp[grp["epoch"] == grp["epoch"].max()]
-        est = stats.median_ci(last["gap"])
+        last = grp[grp["epoch"] == grp["epoch"].max()].sort_values("seed")
+        est = stats.diff_ci(last[column].to_numpy(float), last["reference"].to_numpy(float))
         rows.append({**dict(zip(by, keys, strict=True)),
                      "max_abs_gap": float(grp["gap"].abs().max()),
                      "final_gap": est.value, "final_gap_low": est.low,
