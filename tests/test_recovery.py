@@ -169,7 +169,7 @@ def test_announced_steps_are_the_steps_run(cluster: cl.Cluster) -> None:
     assert warm + timed == result.row["steps_completed"] != cfg.warmup_steps + cfg.steps
 
 
-def test_fault_options_are_checked_in_one_line() -> None:
+def test_fault_options_are_checked_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     base = {"model": "mlp", "dataset": "digits", "workers": 3, "steps": 40}
     for bad, match in [({"fail_worker": 1}, "go together"),
                        ({"fail_worker": 3, "fail_at_step": 5}, "worker rank 0..2"),
@@ -177,10 +177,18 @@ def test_fault_options_are_checked_in_one_line() -> None:
                        ({"checkpoint_every": 0}, "checkpoint_every")]:
         with pytest.raises(ValueError, match=match):
             TrainConfig(**base, **bad).validate()
-    out = subprocess.run([sys.executable, "-m", "ddlstudy.train", "--fail-worker", "5",
-                          "--fail-at-step", "3"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
-    assert "fail_worker" in out.stderr and "Traceback" not in out.stderr
+    from ddlstudy.train import main
+
+    saved = {sig: signal.getsignal(sig) for sig in cl.HANDLED_SIGNALS}
+    try:
+        with pytest.raises(SystemExit) as exit_info:  # the CLI in-process: fails before engines
+            main(["--fail-worker", "5", "--fail-at-step", "3"])
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "fail_worker" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
