@@ -174,7 +174,8 @@ def test_fault_options_are_checked_in_one_line(capsys: pytest.CaptureFixture[str
     for bad, match in [({"fail_worker": 1}, "go together"),
                        ({"fail_worker": 3, "fail_at_step": 5}, "worker rank 0..2"),
                        ({"fail_worker": 0, "fail_at_step": 42}, "fail_at_step"),
-                       ({"checkpoint_every": 0}, "checkpoint_every")]:
+                       ({"checkpoint_every": 0}, "checkpoint_every"),
+                       ({"checkpoint_every": 5, "lr_warmup_epochs": 0.5}, "schedule")]:
         with pytest.raises(ValueError, match=match):
             TrainConfig(**base, **bad).validate()
     from ddlstudy.train import main

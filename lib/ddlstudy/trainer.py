@@ -216,6 +216,11 @@ def _check_faults(config: TrainConfig) -> None:
     if (worker is None) != (at is None):
         raise ValueError("fail_worker and fail_at_step go together: pass both (e.g. "
                          "--fail-worker 1 --fail-at-step 12) or neither")
+    if (every is not None or worker is not None) and (config.lr_scaling != "none"
+                                                       or config.lr_warmup_epochs):
+        # the schedule's update counter lives in a hook on the engine, not in the checkpoint
+        raise ValueError("checkpoints and fault injection do not carry the learning-rate "
+                         "schedule yet: drop lr_scaling / lr_warmup_epochs, or the fault options")
     if worker is None:
         return
     if not isinstance(worker, int) or not 0 <= worker < config.workers:
