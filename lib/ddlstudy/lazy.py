@@ -1,4 +1,5 @@
-"""`resolve("module:attr")`: what the registries use to name code without importing it.
+"""What the registries share: `resolve("module:attr")` names code without importing it,
+`Registry` holds one concept's entries by name, `lazy_getattr` loads a package's names on use.
 
 The registries (strategies, all-reduce algorithms, models) must be importable without torch:
 params validation and its CLI read them and stay small (the params CLI peaks under 200 MB; torch
@@ -9,7 +10,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
+
+
+class _Named(Protocol):
+    name: str
+
+
+E = TypeVar("E", bound=_Named)
 
 
 def resolve(target: Any) -> Any:
@@ -48,3 +56,41 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+class Registry(dict[str, E], Generic[E]):
+    """One concept's entries by name (all-reduce algorithms, strategies): a name is registered
+    once, so two modules can never silently define the same strategy twice."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def register(self, entry: E) -> E:
+        """Add `entry` under `entry.name`; raises ValueError if that name is taken."""
+        if entry.name in self:
+            raise ValueError(f"{self.what} {entry.name!r} is already registered")
+        self[entry.name] = entry
+        return entry
+
+    def unregister(self, name: str) -> None:
+        """Remove a name if present (tests and the docs' examples register toys, then clean up)."""
+        self.pop(name, None)
+
+
+def lazy_getattr(package: str, table: dict[str, tuple[str, ...]],
+                 views: dict[str, Callable[[], Any]] | None = None) -> Callable[[str], Any]:
+    """A package's module-level `__getattr__`: a name in `table` (module -> names) is imported
+    from `package.module` on first use, so importing the package loads no torch; a name in
+    `views` is computed on each access (live views of a registry)."""
+    where = {name: module for module, names in table.items() for name in names}
+    views = views or {}
+
+    def getattr_(name: str) -> Any:
+        if name in views:
+            return views[name]()
+        if name in where:
+            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return getattr_

@@ -20,8 +20,6 @@ its file on first use. Adding an algorithm: docs/extending.md.
 
 from __future__ import annotations
 
-import importlib
-
 from ddlstudy.collectives.registry import (
     ALGORITHMS,
     Algorithm,
@@ -32,6 +30,7 @@ from ddlstudy.collectives.registry import (
     register_algorithm,
     unregister_algorithm,
 )
+from ddlstudy.lazy import lazy_getattr
 
 _LAZY = {
     "common": ("DEFAULT_TIMEOUT_S", "OPS", "PIPELINE_SEGMENT_BYTES", "Comm", "Traffic", "bounds"),
@@ -42,17 +41,9 @@ _LAZY = {
     "verify": ("count_wrong", "probe_error", "rank_data", "selfcheck", "selfcheck_many"),
     "timing": ("time_algorithm",),
 }
-_WHERE = {name: module for module, names in _LAZY.items() for name in names}
-
 __all__ = ["ALGORITHMS", "HAND_WRITTEN", "Algorithm", "analytic_traffic", "cost_terms",
            "get_algorithm", "hand_written", "register_algorithm", "unregister_algorithm",
-           *_WHERE]
+           *(name for names in _LAZY.values() for name in names)]
 
-
-def __getattr__(name: str) -> object:
-    """Load a name from its file on first use; HAND_WRITTEN is a live view of the registry."""
-    if name == "HAND_WRITTEN":
-        return hand_written()
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"ddlstudy.collectives.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'ddlstudy.collectives' has no attribute {name!r}")
+# A name loads from its file on first use; HAND_WRITTEN is a live view of the registry.
+__getattr__ = lazy_getattr("ddlstudy.collectives", _LAZY, {"HAND_WRITTEN": hand_written})

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddlstudy.lazy import resolve
+from ddlstudy.lazy import Registry, resolve
 
 if TYPE_CHECKING:
     import torch
@@ -63,20 +63,9 @@ class Algorithm:
                                                                            segment_bytes))
 
 
-ALGORITHMS: dict[str, Algorithm] = {}
-
-
-def register_algorithm(algorithm: Algorithm) -> Algorithm:
-    """Add an algorithm under its name (a name may be registered once)."""
-    if algorithm.name in ALGORITHMS:
-        raise ValueError(f"all-reduce algorithm {algorithm.name!r} is already registered")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
-
-
-def unregister_algorithm(name: str) -> None:
-    """Remove an algorithm (tests and the docs' example register toys and clean up)."""
-    ALGORITHMS.pop(name, None)
+ALGORITHMS: Registry[Algorithm] = Registry("all-reduce algorithm")
+register_algorithm = ALGORITHMS.register  # add an algorithm under its name (once)
+unregister_algorithm = ALGORITHMS.unregister  # tests and the docs' example clean up toys
 
 
 def hand_written() -> list[str]:

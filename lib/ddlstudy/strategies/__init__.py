@@ -13,8 +13,7 @@ its file on first use. Adding a strategy: docs/extending.md.
 
 from __future__ import annotations
 
-import importlib
-
+from ddlstudy.lazy import lazy_getattr
 from ddlstudy.strategies.registry import (
     STRATEGIES,
     StrategySpec,
@@ -36,18 +35,16 @@ _LAZY = {
     "allreduce": ("AllReduce", "make_buckets"),
     "ddp": ("DDP",),
 }
-_WHERE = {name: module for module, names in _LAZY.items() for name in names}
-
 __all__ = ["STRATEGIES", "StrategySpec", "driver_for", "get_strategy", "make_strategy",
-           "register_strategy", "servers_for", "strategy_names", "unregister_strategy", *_WHERE]
+           "register_strategy", "servers_for", "strategy_names", "unregister_strategy",
+           *(name for names in _LAZY.values() for name in names)]
 
 
-def __getattr__(name: str) -> object:
-    """Load a name from its file on first use; old list names are views of the registry."""
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"ddlstudy.strategies.{_WHERE[name]}"), name)
-    if name == "PS_STRATEGIES":
-        return tuple(strategy_names(family="ps"))
-    if name == "DEFAULT_SERVERS":
-        return {s.name: s.default_servers for s in STRATEGIES.values() if s.needs_servers}
-    raise AttributeError(f"module 'ddlstudy.strategies' has no attribute {name!r}")
+def _default_servers() -> dict[str, int]:
+    return {s.name: s.default_servers for s in STRATEGIES.values() if s.needs_servers}
+
+
+# A name loads from its file on first use; the old list names are live views of the registry.
+__getattr__ = lazy_getattr("ddlstudy.strategies", _LAZY, {
+    "PS_STRATEGIES": lambda: tuple(strategy_names(family="ps")),
+    "DEFAULT_SERVERS": _default_servers})

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddlstudy.lazy import resolve
+from ddlstudy.lazy import Registry, resolve
 
 if TYPE_CHECKING:
     from torch import nn
@@ -106,20 +106,9 @@ class StrategySpec:
         return resolve(self.factory)(model, **kw)
 
 
-STRATEGIES: dict[str, StrategySpec] = {}
-
-
-def register_strategy(spec: StrategySpec) -> StrategySpec:
-    """Add a strategy under its name (a name may be registered once)."""
-    if spec.name in STRATEGIES:
-        raise ValueError(f"strategy {spec.name!r} is already registered")
-    STRATEGIES[spec.name] = spec
-    return spec
-
-
-def unregister_strategy(name: str) -> None:
-    """Remove a strategy (tests and the docs' example register toys and clean up)."""
-    STRATEGIES.pop(name, None)
+STRATEGIES: Registry[StrategySpec] = Registry("strategy")
+register_strategy = STRATEGIES.register  # add a strategy under its name (once)
+unregister_strategy = STRATEGIES.unregister  # tests and the docs' example clean up toys
 
 
 def get_strategy(name: str) -> StrategySpec:
