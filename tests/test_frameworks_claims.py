@@ -61,7 +61,48 @@ def test_wang_horovod_vs_tf_branches(tmp_path: Path, horovod: list[float], tf: l
     assert "tf_ps_sync" in rows[0]["quantity"] and "2 workers" in rows[0]["quantity"]
 
 
-def test_claims_not_measured_without_chapter_07(tmp_path: Path) -> None:
+@pytest.fixture
+def ref_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty results/reference/ stand-in, so the committed reference cells stay out."""
+    from ddlstudy import reference
+
+    root = tmp_path / "reference"
+    monkeypatch.setattr(reference, "reference_dir", lambda: root)
+    return root
+
+
+def _reference_cells(root: Path, rates: dict[tuple[str, int], float]) -> None:
+    """Cells as `make reference` writes them: runs/<profile>/<cell>/ summary, chunks, meta."""
+    from ddlstudy import records
+
+    for (strategy, workers), rate in rates.items():
+        cell = root / CH / "runs" / "10GbE" / f"{strategy}-x{workers}"
+        row = {"strategy": strategy, "model": "resnet50", "workers": workers,
+               "network": "10GbE", "images_per_sec": rate, "time_dilation": 1.0,
+               "cpu_bound": False, "error": ""}
+        records.write_table(pd.DataFrame([row]), cell, "summary")
+        records.write_table(pd.DataFrame({"chunk": range(4), "images_per_sec": [
+            rate * f for f in (0.99, 1.0, 1.01, 1.0)]}), cell, "chunks")
+        records.write_meta(cell, row, status="ok")
+
+
+@pytest.mark.parametrize(("horovod", "verdict"), [(120.0, stats.AGREES),
+                                                  (80.0, stats.DIFFERS)])
+def test_claims_fall_back_to_the_reference_run(tmp_path: Path, ref_root: Path, horovod: float,
+                                               verdict: str) -> None:
+    """A run without chapter 07 reads the committed reference cells, labelled as such; a run
+    that has the chapter reads its own records only."""
+    _reference_cells(ref_root, {("horovod", 1): 50.0, ("horovod", 2): horovod,
+                                ("tf_ps_sync", 2): 100.0})
+    (row,) = conclusions.wang_horovod_vs_tf(tmp_path, {})
+    assert row["verdict"] == verdict and row["source"].startswith("reference run: ")
+    assert "emulated (10GbE" in row["source"] and "timed chunks" in row["interval"]
+    (row,) = conclusions.malik_horovod(tmp_path, {})  # efficiency horovod/2/50: 1.2 or 0.8
+    assert row["verdict"] == verdict and row["source"].startswith("reference run: ")
+    assert _verdicts(conclusions.wang_horovod_vs_tf, tmp_path) == [stats.NOT_MEASURED]
+
+
+def test_claims_not_measured_without_chapter_07(tmp_path: Path, ref_root: Path) -> None:
     assert _verdicts(conclusions.malik_horovod, tmp_path) == [stats.NOT_MEASURED]
     assert _verdicts(conclusions.wang_horovod_vs_tf, tmp_path) == [stats.NOT_MEASURED]
     rows = conclusions.wang_horovod_vs_tf(tmp_path, {})
