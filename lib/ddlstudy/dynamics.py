@@ -302,7 +302,7 @@ def run_plan(cluster: Any, plan: Sequence[tuple[str, Any]], out: Path,
     entry: RUN_KEYS, `folder` (absolute) and `error`."""
     from ddlstudy.grid import cell_dir, run_grid
 
-    groups: dict[Path, list[Any]] = {}
+    groups: list[tuple[Path, list[Any]]] = []  # consecutive configs of one root: plan order kept
     where: dict[str, Path] = {}
     for section, config in plan:
         if _key(config) in where:
@@ -317,10 +317,13 @@ def run_plan(cluster: Any, plan: Sequence[tuple[str, Any]], out: Path,
             root = root / hashlib.sha256(_key(config).encode()).hexdigest()[:8]
             folder = cell_dir(root, config)
         where[_key(config)] = folder
-        groups.setdefault(root, []).append(config)
+        if groups and groups[-1][0] == root:
+            groups[-1][1].append(config)
+        else:
+            groups.append((root, [config]))
     errors: dict[str, str] = {}
     warm_engines(cluster)
-    for root, configs in groups.items():
+    for root, configs in groups:
         kw = {"train_fn": train_fn} if train_fn is not None else {}
         summary = run_grid(cluster, configs, root, **kw)
         for config, err in zip(configs, summary.get("error", [""] * len(configs)), strict=True):

@@ -379,6 +379,9 @@ class ConvergenceParams(_Section):
     models: ModelNames = Field(default_factory=lambda: ["mlp", "shallow_cnn"])
     strategies: LocalStrategies = Field(default_factory=lambda: [
         "single", "ps_sync", "ps_async", "allreduce", "ddp"])
+    model_strategies: dict[ModelName, LocalStrategies] = Field(
+        default_factory=dict, description="per model, the strategies its curves run (default: "
+        "strategies): a slow model can run fewer")
     workers: int = Field(2, ge=1, le=64, description="N: every strategy runs N workers of "
                          "batch_size; single runs one worker of N x batch_size")
     batch_size: int = Field(32, ge=1, le=1 << 16)
