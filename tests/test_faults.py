@@ -86,44 +86,49 @@ def _train(strategy: str, out: Path) -> subprocess.Popen[str]:
          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _kill_rank_mid_run(strategy: str, rank: int, tmp_path: Path) -> None:
-    proc = _train(strategy, tmp_path / "run")
+def _kill_ranks_mid_run(cases: list[tuple[str, int]], tmp_path: Path) -> None:
+    """Start every (strategy, rank) run at once (their cluster starts overlap: most of a case's
+    time), then SIGKILL each one's rank in turn and check the run names it and leaves nothing."""
+    procs = [(_train(strategy, tmp_path / f"run{i}"), rank, tmp_path / f"run{i}")
+             for i, (strategy, rank) in enumerate(cases)]
     try:
-        folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
-        time.sleep(4)  # process group up, steps running
-        assert proc.poll() is None, proc.communicate()
-        victim = record["rank_pids"][rank]
-        t0 = time.monotonic()
-        os.kill(victim, signal.SIGKILL)
-        _, err = proc.communicate(timeout=BOUND_S + 30)
-        took = time.monotonic() - t0
+        for proc, rank, out in procs:
+            _kill_and_check(proc, rank, out)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for proc, _, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _kill_and_check(proc: subprocess.Popen[str], rank: int, out: Path) -> None:
+    folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
+    time.sleep(4)  # process group up, steps running
+    assert proc.poll() is None, proc.communicate()
+    victim = record["rank_pids"][rank]
+    t0 = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=BOUND_S + 30)
+    took = time.monotonic() - t0
     lines = err.strip().splitlines()
     assert proc.returncode == 1, err[-2000:]
     assert f"rank {rank} (engine" in lines[-1] and f"pid {victim}" in lines[-1], err[-2000:]
     assert "died" in lines[-1] and "Traceback" not in err
     assert took < BOUND_S, f"named the dead rank after {took:.1f} s"
     assert _alive_of(record) == [] and not folder.exists()  # nothing left behind
-    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    meta = json.loads((out / "meta.json").read_text())
     assert "died" in str(meta.get("status", ""))  # the failed run's record says why
 
 
-def test_sigkill_ps_sync_worker_is_named_fast(tmp_path: Path) -> None:
-    _kill_rank_mid_run("ps_sync", 1, tmp_path)
-
-
-def test_sigkill_allreduce_rank0_is_named_fast(tmp_path: Path) -> None:
-    _kill_rank_mid_run("allreduce", 0, tmp_path)
+def test_sigkill_ps_sync_worker_and_allreduce_rank0_are_named_fast(tmp_path: Path) -> None:
+    _kill_ranks_mid_run([("ps_sync", 1), ("allreduce", 0)], tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy,rank", [("ps_sync", 2), ("ps_sync", 0), ("allreduce", 1),
                                            ("ps_sharded", 3), ("ps_async", 2), ("ddp", 1)])
 def test_sigkill_any_rank_any_strategy(strategy: str, rank: int, tmp_path: Path) -> None:
-    _kill_rank_mid_run(strategy, rank, tmp_path)
+    _kill_ranks_mid_run([(strategy, rank)], tmp_path)
 
 
 @pytest.mark.slow
