@@ -15,7 +15,7 @@ export MPLCONFIGDIR := $(CURDIR)/.cache/matplotlib
 export MPLBACKEND := Agg
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup test test-slow lint bench report reference lab data clean kernel
+.PHONY: setup test test-slow lint bench report report-full reference lab data clean kernel
 
 setup: $(STAMP)
 
@@ -32,8 +32,9 @@ kernel: setup
 lint: setup
 	$(VENV)/bin/ruff check lib tests
 
-# Unit + integration tests (the notebooks run through papermill on params/ci.yaml in
-# tests/test_notebooks.py), then nbval over the committed notebooks with the same tiny params.
+# Unit + integration tests (tests/test_notebooks.py renders `make report`'s chapters, 05 aside,
+# through papermill on params/ci.yaml into a book), then nbval executes every committed notebook
+# once with the same tiny params (05 and 07-10 included).
 test: setup browser
 	$(VENV)/bin/ruff check lib tests
 	$(PY) -m pytest -q
@@ -66,6 +67,10 @@ bench: setup
 
 report: setup
 	$(PY) -m ddlstudy.report --params $(PARAMS)
+
+# Every chapter, 07-10 included (hours): the quick report's run folder is not reused (run_id full).
+report-full: setup
+	$(PY) -m ddlstudy.report --params $(PARAMS) --params params/full.yaml
 
 # The papers' grids under emulation (root: network namespaces), resuming cell by cell from what
 # results/reference/ already holds; the host calibration is measured once and kept beside them.

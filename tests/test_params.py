@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddlstudy.params import ParamsError, deep_merge, load_params, parse_size
+from ddlstudy.params import CHAPTERS, ParamsError, deep_merge, load_params, parse_size
 
 MALFORMED = {
     "unknown_key": ("cluster:\n  wokers: 4\n", "cluster.wokers: unknown key"),
@@ -143,12 +143,17 @@ def test_params_cli_sample_exit_2_one_line(tmp_path: Path) -> None:
 
 
 def test_defaults_validate(repo_root: Path) -> None:
-    for name in ("default", "ci", "thesis", "gpu-cluster"):
+    for name in ("default", "ci", "full", "thesis", "gpu-cluster"):
         files = [repo_root / "params/default.yaml"]
         if name != "default":
             files.append(repo_root / f"params/{name}.yaml")
         params = load_params(*files)
         assert params.run_id == name
+    # `make report` is the quick study; `make report-full` adds every other chapter.
+    quick = load_params(repo_root / "params/default.yaml").report.chapters
+    full = load_params(repo_root / "params/default.yaml", repo_root / "params/full.yaml")
+    assert set(full.report.chapters) == set(CHAPTERS) and set(quick) < set(CHAPTERS)
+    assert quick[-1] == full.report.chapters[-1] == "99_conclusions"
 
 
 def test_layering_overrides_key_by_key(repo_root: Path) -> None:
