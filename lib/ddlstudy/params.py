@@ -279,8 +279,24 @@ class NetworkParams(_Section):
     # interleaved repeats of each emulated cell (chapters 03 emulated and 05): an emulated step
     # is slow and steady, so 1 repeat (its timed steps give the spread) keeps make report short
     repeats: int = Field(1, ge=1, le=100)
+    # chapter 05's all-reduce alone on `bench_profile` links (the collectives bench, emulated),
+    # from which the alpha-beta model is validated on shaped links
+    bench_profile: str = "10GbE"
+    bench_ranks: WorkerCounts = Field(default_factory=lambda: [2, 4])
+    bench_sizes: list[str] = Field(default_factory=lambda: ["64K", "4M"],
+                                   description="smallest, largest message; x4 steps between")
+    bench_algorithms: list[AlgorithmName] = Field(default_factory=lambda: [
+        "ring", "ring_pipelined", "recursive_doubling", "tree", "ps"])
+    bench_iters: int = Field(3, ge=1, le=10_000)
 
-    @field_validator("chapter03_profile")
+    @field_validator("bench_sizes")
+    @classmethod
+    def _bench_sizes(cls, v: list[str]) -> list[str]:
+        if not v or any(parse_size(s) < 1 for s in v):
+            raise ValueError("give the smallest and largest message, e.g. [64K, 4M]")
+        return v
+
+    @field_validator("chapter03_profile", "bench_profile")
     @classmethod
     def _chapter03_profile(cls, v: str) -> str:
         return _known([v], NETWORKS[1:], "network profile")[0]
