@@ -181,15 +181,21 @@ def test_fault_options_are_checked_in_one_line(capsys: pytest.CaptureFixture[str
     from ddlstudy.train import main
 
     saved = {sig: signal.getsignal(sig) for sig in cl.HANDLED_SIGNALS}
-    try:
-        with pytest.raises(SystemExit) as exit_info:  # the CLI in-process: fails before engines
-            main(["--fail-worker", "5", "--fail-at-step", "3"])
+    errors = []
+    try:  # the CLI in-process: both fail before any engine (or namespace) starts
+        for argv in (["--fail-worker", "5", "--fail-at-step", "3"],
+                     # a sync strategy cannot restart on emulated links
+                     ["--strategy", "allreduce", "--workers", "3", "--steps", "40",
+                      "--fail-worker", "1", "--fail-at-step", "12", "--network", "10GbE"]):
+            with pytest.raises(SystemExit) as exit_info:
+                main(argv)
+            errors.append((exit_info.value.code, capsys.readouterr().err))
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
-    assert "fail_worker" in err and "Traceback" not in err
+    for (code, err), words in zip(errors, ["fail_worker", "drop --network 10GbE"], strict=True):
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert words in err and "Traceback" not in err
 
 
 @pytest.mark.slow

@@ -125,6 +125,20 @@ def check_network_args(args: argparse.Namespace) -> str | None:
     return None
 
 
+def check_fault_args(args: argparse.Namespace, config: TrainConfig) -> str | None:
+    """The fault options' one-line refusal before any engine or namespace starts: a sync
+    strategy recovers on fresh engines, which only a local cluster can start."""
+    from ddlstudy.trainer import continues_without_dead, fault_tolerant
+
+    remote = args.network != "none" or getattr(args, "profile", None)
+    if not remote or not fault_tolerant(config) or continues_without_dead(config):
+        return None
+    where = f"--network {args.network}" if args.network != "none" else "--profile"
+    return (f"{config.strategy} recovers from a dead worker on fresh engines, which only local "
+            f"engines without an emulated network can start: drop {where}, or --fail-worker / "
+            "--checkpoint-every (ps_async goes on without restarting)")
+
+
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
     kw = {"hidden": args.hidden} if getattr(args, "hidden", None) else {}
     values = dict(model=args.model, shape=args.shape, dataset=args.dataset,
@@ -186,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         config.validate()
     except ValueError as err:
         parser.error(str(err))
-    problem = check_network_args(args)
+    problem = check_fault_args(args, config) or check_network_args(args)
     if problem:
         parser.error(problem)
     from dataclasses import replace
