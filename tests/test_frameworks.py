@@ -17,20 +17,17 @@ from ddlstudy.cluster import Cluster
 from ddlstudy.trainer import TrainConfig, train
 
 TINY = dict(model="mlp", shape=(1, 4, 4), num_classes=3, dataset="synthetic", workers=2,
-            batch_size=4, warmup_steps=1, steps=3, lr=0.5, dtype="float64",
+            batch_size=4, warmup_steps=1, steps=2, lr=0.5, dtype="float64",
             model_kwargs={"hidden": 6, "hidden1": 5})
+# One Horovod setting set in the engines' environment, the rest left at Horovod's defaults:
+# the records must carry both (frameworks.horovod.tuning).
+HVD_ENV = {"HOROVOD_CYCLE_TIME": "2.5"}
 
 
 def _needs(strategy: str) -> None:
     why = frameworks.missing(strategy)
     if why:
         pytest.skip(why)
-
-
-def _run(strategy: str, **kw: object):
-    config = TrainConfig(**{**TINY, "strategy": strategy, **kw})
-    with Cluster(workers=config.world_size, collective_timeout_s=60) as cluster:
-        return train(cluster, config, progress=False, return_weights=True)
 
 
 def test_missing_framework_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,35 +57,112 @@ def test_cli_missing_framework_exits_2(monkeypatch: pytest.MonkeyPatch,
     assert len(err) == 1 and "make setup" in err[0]
 
 
-def test_keras_models_match_torch_parameter_counts() -> None:
-    _needs("tf_allreduce")
-    from ddlstudy.frameworks.keras_models import KERAS_MODELS, build_keras_model, trainable_count
+# resnet152 and vgg19 are built by the same code as resnet50 and vgg16 (more blocks, a longer
+# layer list) and take most of the build time (12 s of 27 s on the loaded host): slow only.
+DEEP_TWINS = ("resnet152", "vgg19")
+
+
+def _check_keras_counts(names) -> None:
+    from ddlstudy.frameworks.keras_models import build_keras_model, trainable_count
     from ddlstudy.models import _build_meta
 
-    for name in KERAS_MODELS:  # CIFAR shapes: MNIST differs only in stem and classifier
+    for name in names:  # CIFAR shapes: MNIST differs only in stem and classifier
         torch_n = sum(p.numel() for p in _build_meta(name, "cifar").parameters()
                       if p.requires_grad)
         keras_n = trainable_count(build_keras_model(name, "cifar"))
         assert abs(keras_n / torch_n - 1) < 0.01, (name, keras_n, torch_n)
+
+
+def test_keras_models_match_torch_parameter_counts() -> None:
+    _needs("tf_allreduce")
+    from ddlstudy.frameworks.keras_models import KERAS_MODELS, build_keras_model
+
+    assert set(DEEP_TWINS) <= set(KERAS_MODELS)
+    _check_keras_counts([m for m in KERAS_MODELS if m not in DEEP_TWINS])
     with pytest.raises(ValueError, match="TF strategies train: mlp"):
         build_keras_model("googlenet")
 
 
-def test_horovod_matches_single_process() -> None:
+@pytest.mark.slow
+def test_deep_keras_twins_match_torch_parameter_counts() -> None:
+    _needs("tf_allreduce")
+    _check_keras_counts(DEEP_TWINS)
+
+
+def test_horovod_tuning_defaults_and_overrides() -> None:
+    from ddlstudy.frameworks.horovod import tuning
+
+    assert tuning({}) == {"hvd_fusion_threshold_bytes": 128 << 20, "hvd_cycle_time_ms": 1.0,
+                          "hvd_cache_capacity": 1024, "hvd_autotune": 0, "hvd_tuning_set": ""}
+    got = tuning({"HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_CACHE_CAPACITY": ""})
+    assert got["hvd_fusion_threshold_bytes"] == 0 and got["hvd_cache_capacity"] == 1024
+    assert got["hvd_tuning_set"] == "HOROVOD_FUSION_THRESHOLD"
+    with pytest.raises(ValueError, match="HOROVOD_CYCLE_TIME='fast' is not a number"):
+        tuning({"HOROVOD_CYCLE_TIME": "fast"})
+
+
+@pytest.fixture(scope="module")
+def horovod_runs():
+    """Horovod and single-process SGD on one 2-engine cluster (one start for the module's
+    Horovod tests): on 10GbE-like links x 0.01 where namespaces can be made, else loopback."""
     _needs("horovod")
-    res = _run("horovod")
-    one = _run("single", workers=1, batch_size=TINY["workers"] * TINY["batch_size"])
+    from dataclasses import replace
+
+    from ddlstudy import netem
+    from ddlstudy.grid import dilate, emulated_cluster
+
+    # a 64-wide MLP: a gradient big enough to stand out of Horovod's control traffic on the wire
+    config = TrainConfig(**{**TINY, "strategy": "horovod",
+                            "model_kwargs": {"hidden": 64, "hidden1": 64}})
+    single = replace(config, strategy="single", workers=1,
+                     batch_size=TINY["workers"] * TINY["batch_size"])
+    emulated = netem.available()[0]
+    start = (emulated_cluster("10GbE", 2, 0.01, offload_off=False, collective_timeout_s=120,
+                              engine_env=HVD_ENV) if emulated
+             else Cluster(workers=2, collective_timeout_s=60, engine_env=HVD_ENV))
+    with start as cluster:
+        config, single = dilate([config, single], cluster) if emulated else (config, single)
+        res = train(cluster, config, progress=False, return_weights=True)
+        one = train(cluster, single, progress=False, return_weights=True)
+    return res, one, emulated
+
+
+def test_horovod_matches_single_process(horovod_runs) -> None:
+    res, one, _ = horovod_runs
     assert res.row["images_per_sec"] > 0
     torch.testing.assert_close(res.weights, one.weights, rtol=1e-9, atol=1e-12)
     assert (res.steps["comm_wait_s"] >= 0).all() and res.row["bytes_sent_per_step"] > 0
+    # the tuning in effect on the engines is on record: the one override and the defaults
+    assert res.row["hvd_cycle_time_ms"] == 2.5 and res.row["hvd_tuning_set"] == \
+        "HOROVOD_CYCLE_TIME"
+    assert res.row["hvd_fusion_threshold_bytes"] == 128 << 20
+
+
+@pytest.fixture(scope="module")
+def tf_run():
+    """run(strategy, **kw) on one 4-engine cluster for the module's TF tests. A TF server
+    cannot restart in a process, so each run after the first gets fresh engines from
+    Cluster.restart (same controller; the old engines SIGKILLed at once, where a stop waits
+    a grace period that TF's SIGTERM handler uses up)."""
+    _needs("tf_ps_sync")
+    used = [False]
+    with Cluster(workers=4, collective_timeout_s=60) as cluster:
+        def run(strategy: str, **kw: object):
+            if used[0]:
+                cluster.restart()
+            used[0] = True
+            config = TrainConfig(**{**TINY, "strategy": strategy, **kw})
+            return train(cluster, config, progress=False, return_weights=True)
+
+        yield run
 
 
 @pytest.mark.parametrize("strategy", ["tf_allreduce", "tf_ps_sync"])
-def test_tf_synchronous_matches_single_process(strategy: str) -> None:
+def test_tf_synchronous_matches_single_process(strategy: str, tf_run) -> None:
     _needs(strategy)
     from ddlstudy.frameworks.tf_strategies import reference_sgd
 
-    res = _run(strategy)
+    res = tf_run(strategy)
     config = res.config
     start = res.initial_weights.numpy()
     ref = reference_sgd(config.to_dict(), config.warmup_steps + config.steps, start)
@@ -99,12 +173,12 @@ def test_tf_synchronous_matches_single_process(strategy: str) -> None:
         assert res.row["servers"] == 1 and res.row["staleness_max"] == 0
 
 
-def test_tf_ps_async_updates_are_stale() -> None:
+def test_tf_ps_async_updates_are_stale(tf_run) -> None:
     _needs("tf_ps_async")
     from ddlstudy.cluster import ClusterError
 
     try:
-        res = _run("tf_ps_async", steps=6)
+        res = tf_run("tf_ps_async", steps=6)
     except ClusterError as err:
         # Seen once in three full-suite runs: the coordinator's first remote call failed with
         # gRPC "Unable to parse request". TF task ports now come from below the kernel's
@@ -114,7 +188,7 @@ def test_tf_ps_async_updates_are_stale() -> None:
         # retry stays; any other error fails at once.
         if "Unable to parse request" not in str(err):
             raise
-        res = _run("tf_ps_async", steps=6)
+        res = tf_run("tf_ps_async", steps=6)
     assert res.row["images_per_sec"] > 0 and res.row["servers"] == 1
     assert res.row["staleness_max"] > 0, res.steps["staleness"].tolist()
 
@@ -142,18 +216,21 @@ def _run_emulated(strategy: str, **kw: object):
 
 
 def _payload(res) -> float:
-    """Gradient bytes a worker must send per step: ring 2(N-1)/N x 4P, a PS worker 4P."""
+    """Gradient bytes a worker must send per step: ring 2(N-1)/N x bP, a PS worker bP (b bytes
+    per parameter)."""
     n, p = res.config.workers, res.row["params"]
-    return (2 * (n - 1) / n if res.config.strategy in ("horovod", "tf_allreduce") else 1) * 4 * p
+    size = 8 if res.config.dtype == "float64" else 4
+    ring = res.config.strategy in ("horovod", "tf_allreduce")
+    return (2 * (n - 1) / n if ring else 1) * size * p
 
 
-def test_horovod_on_emulated_links_counts_bytes() -> None:
+def test_horovod_on_emulated_links_counts_bytes(horovod_runs) -> None:
     """Horovod's gloo ring on shaped namespace links (its process-set context bound to the
     veth, not 127.0.0.1): bytes per worker are counted on the veth counters, at least the
     ring's payload and not wildly more (headers, ACKs, control traffic)."""
-    _needs("horovod")
-    _emulation()
-    res = _run_emulated("horovod")
+    res, _, emulated = horovod_runs
+    if not emulated:
+        _emulation()  # skips, naming why
     row = res.row
     assert row["network"] == "10GbE" and row["bytes_source"] == "counted"
     assert _payload(res) <= row["bytes_sent_per_step"] < 3 * _payload(res) + 200_000, row

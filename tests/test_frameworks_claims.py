@@ -173,3 +173,19 @@ def test_wire_bytes_apply(tmp_path: Path) -> None:
     untouched = pd.DataFrame([{"bytes_sent_per_step": 7.0, "bytes_source": "analytic"}])
     plain.apply(untouched, ["worker", "worker"], steps=4, replace=True)
     assert untouched.iloc[0].to_dict() == {"bytes_sent_per_step": 7.0, "bytes_source": "analytic"}
+
+
+def test_tuning_text_states_the_recorded_horovod_settings() -> None:
+    """Chapter 07's sentence on Horovod's tuning comes from the records: values, which came
+    from the environment, and runs that predate the columns."""
+    from ddlstudy.frameworks.horovod import tuning
+
+    rows = [dict(strategy="horovod", **tuning({})),
+            dict(strategy="horovod", **tuning({"HOROVOD_FUSION_THRESHOLD": str(64 << 20)})),
+            dict(strategy="horovod"), dict(strategy="ddp")]
+    text = compare.tuning_text(pd.DataFrame(rows))
+    assert "threshold 128 MiB, cycle time 1 ms, response cache 1024 entries" in text
+    assert "all Horovod defaults; 1 run" in text
+    assert "threshold 64 MiB" in text and "environment: HOROVOD_FUSION_THRESHOLD" in text
+    assert "not on record for 1 run" in text
+    assert compare.tuning_text(pd.DataFrame([{"strategy": "ddp"}])) == ""

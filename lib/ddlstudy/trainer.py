@@ -332,7 +332,8 @@ def _engine_setup(cfg: dict[str, Any], run_id: str,
     run: dict[str, Any] = {"config": config, "rank": rank, "world": world, "role": strategy.role,
                            "strategy": strategy, "device": device, "step": 0, "perm": (-1, None),
                            "base": (0, 0, 0), "replay_s": replay_s}
-    info = {"rank": rank, "role": strategy.role, "params": strategy.n_params, "train_size": 0}
+    info = {"rank": rank, "role": strategy.role, "params": strategy.n_params, "train_size": 0,
+            "settings": strategy.settings()}
     if strategy.is_worker:
         global_batch = config.batch_size * config.workers
         x, y = _load(config, train=True, n=global_batch)
@@ -971,7 +972,8 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
                                                  "test_size"])
     summary = summarize(config, steps_df, chunks_df, evals_df, n_params, replay_s=replay_s,
                         network=net)
-    summary = summary.assign(**_fault_columns(config, prog, live))
+    settings = infos[0].get("settings", {}) if infos else {}  # rank 0's framework tuning
+    summary = summary.assign(**_fault_columns(config, prog, live), **settings)
     if infos:
         wire.apply_to_run(summary, config, prog.timed_done)
     result = TrainResult(config, summary, steps_df, evals_df, chunks_df, weights)
@@ -979,7 +981,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     if out_dir is not None:
         result.out_dir = write_result(result, out_dir, engines=cluster.info()[:world],
                                       network=net, failures=prog.failures,
-                                      resumed_from=prog.resumed_from,
+                                      resumed_from=prog.resumed_from, settings=settings,
                                       **_compute_columns(config, replay_s))
     return result
 

@@ -227,6 +227,32 @@ def summary_text(scaled: pd.DataFrame) -> str:
             "orders without intervals are not claimed): " + "; ".join(parts) + ".")
 
 
+TUNING = ["hvd_fusion_threshold_bytes", "hvd_cycle_time_ms", "hvd_cache_capacity",
+          "hvd_autotune", "hvd_tuning_set"]
+
+
+def tuning_text(summary: pd.DataFrame) -> str:
+    """One sentence: Horovod's tuning as its runs' records carry it (frameworks.horovod.tuning:
+    values in effect on rank 0, defaults included), and how many runs predate that record."""
+    hv = summary[summary["strategy"] == "horovod"] if "strategy" in summary else summary[:0]
+    if hv.empty:
+        return ""
+    known = hv.dropna(subset=TUNING[:4]) if set(TUNING[:4]) <= set(hv) else hv[:0]
+    parts = []
+    for (fusion, cycle, cache, auto), g in known.groupby(TUNING[:4]):
+        names = {str(x) for x in g.get("hvd_tuning_set", pd.Series(dtype=str)).dropna()} - {""}
+        how = ("set in the environment: " + ", ".join(sorted(names)) if names
+               else "all Horovod defaults")
+        parts.append(f"tensor fusion threshold {fusion / 2**20:g} MiB, cycle time {cycle:g} ms, "
+                     f"response cache {int(cache)} entries, autotune {'on' if auto else 'off'} "
+                     f"({how}; {len(g)} run{'s' * (len(g) != 1)})")
+    unknown = len(hv) - len(known)
+    if unknown:
+        parts.append(f"not on record for {unknown} run{'s' * (unknown != 1)} (measured before "
+                     "the records carried it)")
+    return "Horovod ran with " + "; ".join(parts) + "."
+
+
 def order_text(f: dict[str, Any]) -> str:
     """One sentence on a `pair` result: which is faster only when the interval excludes 1."""
     from ddlstudy import units

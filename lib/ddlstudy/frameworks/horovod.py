@@ -17,8 +17,9 @@ op=Average, compression none, backward_passes_per_step=1, gradient_predivide_fac
 groups; each gradient's all-reduce is queued from its autograd hook during backward, and
 Horovod's background thread fuses queued tensors into buffers of up to HOROVOD_FUSION_THRESHOLD
 (default 128 MiB) every HOROVOD_CYCLE_TIME (default 1 ms); response cache on, autotune off.
-Those environment variables, when set in the engines' environment, are honoured (the records
-do not carry them yet).
+Those environment variables, when set in the engines' environment, are honoured; every
+record carries the values in effect on rank 0 (`tuning`: summary columns hvd_* and meta.json's
+`settings`), defaults included.
 
 Per step: compute_s = forward + backward (all-reduces already in flight), comm_wait_s = the wait
 in `optimizer.synchronize()` (the exposed communication), update_s = the SGD step; comm_s is not
@@ -97,6 +98,32 @@ def _hostname_is_own_address(ip: str) -> None:
     socket.sethostname(ip)
 
 
+# Horovod 0.28.1's defaults (horovod/common/operations.cc, InitializeHorovodOnce's env parsing):
+# env var -> (summary column, default, parse).
+TUNING: dict[str, tuple[str, Any, Any]] = {
+    "HOROVOD_FUSION_THRESHOLD": ("hvd_fusion_threshold_bytes", 128 * 1024 * 1024, int),
+    "HOROVOD_CYCLE_TIME": ("hvd_cycle_time_ms", 1.0, float),
+    "HOROVOD_CACHE_CAPACITY": ("hvd_cache_capacity", 1024, int),
+    "HOROVOD_AUTOTUNE": ("hvd_autotune", 0, int),
+}
+
+
+def tuning(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Horovod's tensor-fusion / cycle / response-cache / autotune settings in effect under
+    `env` (default: this process's environment, which hvd.init() read), defaults included;
+    `hvd_tuning_set` names the variables that overrode a default ("" when none did)."""
+    env = dict(os.environ if env is None else env)
+    out: dict[str, Any] = {}
+    for var, (column, default, parse) in TUNING.items():
+        raw = env.get(var)
+        try:
+            out[column] = parse(raw) if raw not in (None, "") else default
+        except ValueError:
+            raise ValueError(f"{var}={raw!r} is not a number: unset it or give one") from None
+    out["hvd_tuning_set"] = ",".join(v for v in TUNING if env.get(v) not in (None, ""))
+    return out
+
+
 def rendezvous(rank: int, world: int, timeout_s: float) -> Any:
     """Start Horovod on this rank through rank 0's RendezvousServer; returns (hvd, server)."""
     import torch.distributed as dist
@@ -156,6 +183,9 @@ class Horovod(Strategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self._hooks = {p: self.opt._make_hook(p) for p in self.params} if self.world > 1 else {}
         self.grad_bytes = sum(p.numel() * p.element_size() for p in self.params)
+
+    def settings(self) -> dict[str, Any]:
+        return tuning()
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         """Replay: a replayed gradient is handed to Horovod's hook, as autograd would."""

@@ -210,5 +210,10 @@ class Strategy:
     def serve(self) -> list[StepStats]:
         raise RuntimeError(f"{self.name}: rank {self.rank} is a {self.role}, it has no serve loop")
 
+    def settings(self) -> dict[str, Any]:
+        """The framework's tuning in effect on this rank (summary columns + meta.json), so a
+        record says how the framework ran; ddlstudy's own strategies: their config says it."""
+        return {}
+
     def close(self) -> None:
         """Release hooks and threads."""
