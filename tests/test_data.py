@@ -257,6 +257,12 @@ def test_digits_loads_split_and_upsamples():
     xte, yte = load_digits(train=False)
     assert xtr.shape[1:] == (1, 8, 8) and len(xtr) + len(xte) == 1797
     assert set(ytr.tolist()) == set(range(10)) and yte.dtype == torch.int64
+    from sklearn.datasets import load_digits as sk_digits  # read directly: the same data
+
+    bunch = sk_digits()
+    images, target = D._digits_arrays()
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(target, bunch.target)
     x28, _ = load_dataset("digits", train=False, shape_hint="mnist")
     assert x28.shape == (len(xte), 1, 28, 28)
     x32, _ = load_dataset("digits", shape_hint="cifar")

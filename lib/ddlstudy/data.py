@@ -389,6 +389,24 @@ def cifar10_classes(root: str | os.PathLike = "data", verify_md5: bool = True) -
 
 
 # ------------------------------------------------------------------------ digits and synthetic
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits.csv.gz read as its load_digits reads it (64 pixels + target per
+    row), without importing sklearn: that import took ~11 s per engine on a loaded 2-core host,
+    paid by every cluster of the CI runs. Falls back to sklearn if the file moved."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")  # locates the package, does not import it
+    path = (Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+            if spec is not None and spec.origin else None)
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits as _sk_digits
+
+        bunch = _sk_digits()
+        return bunch.images, bunch.target
+    data = np.loadtxt(path, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
 def load_digits(
     train: bool = True, size: int | None = None, test_fraction: float = 0.2, seed: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -397,11 +415,9 @@ def load_digits(
     Split into train/test by a seeded permutation; `size=28` upsamples (bilinear) to MNIST's
     shape so MNIST-shaped models run on it. Normalised to zero mean, unit variance overall.
     """
-    from sklearn.datasets import load_digits as _sk_digits
-
-    bunch = _sk_digits()
-    x = torch.from_numpy(bunch.images.astype(np.float32) / 16.0).unsqueeze(1)
-    y = torch.from_numpy(bunch.target.astype(np.int64))
+    images, target = _digits_arrays()
+    x = torch.from_numpy(images.astype(np.float32) / 16.0).unsqueeze(1)
+    y = torch.from_numpy(target.astype(np.int64))
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
     n_test = int(round(len(x) * test_fraction))
     idx = perm[n_test:] if train else perm[:n_test]
