@@ -335,3 +335,10 @@ def _table(tmp_path: Any) -> Any:
     path = tmp_path / "ref.csv"
     path.write_text("model,shape,batch_size,compute_s_p50\nmlp,mnist,8,0.01\n")
     return path
+
+
+def test_latency_note_states_what_was_found() -> None:
+    """Records say latency is not emulated, and whether netem exists here as found, not assumed."""
+    note = netem.latency_note()
+    assert note.startswith("not emulated") and "tbf" in note
+    assert ("netem is available" in note) == netem.netem_qdisc_known()

@@ -208,6 +208,26 @@ def _probe() -> tuple[bool, str]:
     return True, ""
 
 
+def netem_qdisc_known() -> bool:
+    """Whether this kernel has the netem qdisc (loaded, or a module file for this release)."""
+    if Path("/sys/module/sch_netem").exists():
+        return True
+    release = os.uname().release
+    base = Path("/lib/modules") / release
+    builtin = base / "modules.builtin"
+    if builtin.exists() and "sch_netem" in builtin.read_text(errors="replace"):
+        return True
+    return any(base.glob("kernel/net/sched/sch_netem.ko*"))
+
+
+def latency_note() -> str:
+    """What the records say about latency: ddlstudy shapes rates only (tc tbf), whatever the
+    kernel has; the note says whether netem exists here, as found, not as assumed."""
+    found = ("netem is available on this kernel but not used" if netem_qdisc_known()
+             else "no netem qdisc found on this kernel (/sys/module, /lib/modules)")
+    return f"not emulated: links are rate-shaped with tc tbf only; {found}"
+
+
 # ----------------------------------------------------------------------------- offloads
 SIOCETHTOOL = 0x8946
 _ETHTOOL_GET = {"tso": 0x1E, "gso": 0x23, "gro": 0x2B}
@@ -619,7 +639,7 @@ class EmulatedNetwork:
             "shaping": ("tc tbf on both directions of every node link" if self.tbf
                         else "none"), "tbf": self.tbf, "mtu": self.mtu,
             "offload_method": self.offload_method, "packet_counting": counting,
-            "latency_note": "not emulated: netem is not available on this kernel",
+            "latency_note": latency_note(),
             "offload_off": self.offload_off,
             "aggregate_ceiling_bps": self.ceiling["aggregate_bps"],
             "link_ceiling_bps": self.ceiling["link_bps"],
