@@ -99,6 +99,29 @@ def test_grid_cell_reused_only_under_the_same_code(tmp_path: Path,
     assert grid._finished(folder, config) is None
 
 
+def test_reference_cell_survives_a_new_config_field_at_its_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """make reference (DDLSTUDY_RESUME_ANY_CODE=1) keeps a cell written before TrainConfig
+    gained a field when that field is at its default now; a non-default value reruns it."""
+    import json
+    from dataclasses import replace
+
+    from ddlstudy import records
+
+    config = TrainConfig(model="mlp", strategy="allreduce", workers=2).validate()
+    folder = grid.cell_dir(tmp_path, config)
+    old = config.to_dict()
+    old.pop("lr_scaling")  # as written by code that had no such field
+    records.write_table(pd.DataFrame([{"images_per_sec": 1.0}]), folder, "summary")
+    records.write_meta(folder, old, status="ok")
+    assert json.loads((folder / "meta.json").read_text())["params"].get("lr_scaling") is None
+    assert grid._finished(folder, config) is None  # same code only: exact params
+    monkeypatch.setenv("DDLSTUDY_RESUME_ANY_CODE", "1")
+    assert grid._finished(folder, config) is not None
+    assert grid._finished(folder, replace(config, lr_scaling="linear")) is None
+    assert grid._finished(folder, replace(config, workers=3)) is None
+
+
 def test_repeats_interleave_with_rotated_order() -> None:
     order = grid.interleaved(["a", "b", "c"], 3)
     assert [x for _, x in order] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]

@@ -45,9 +45,26 @@ def _finished(folder: Path, config: TrainConfig) -> pd.DataFrame | None:
     any_code = os.environ.get("DDLSTUDY_RESUME_ANY_CODE") == "1"
     if (meta is None or meta.get("status") != "ok"
             or (not any_code and meta.get("code_digest") != resume.code_digest())
-            or meta.get("params") != json.loads(json.dumps(config.to_dict(), default=str))):
+            or not _same_config(meta.get("params"), config, any_code)):
         return None
     return records.read_table(folder, "summary")
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(d, default=str))
+
+
+def _same_config(stored: Any, config: TrainConfig, any_code: bool) -> bool:
+    """Whether a stored cell ran this config. Across code versions (make reference), a field
+    TrainConfig gained since the cell ran counts as equal when it holds its default: the old
+    code ran what that default means (a new field must default to the old behaviour)."""
+    now = _jsonable(config.to_dict())
+    if not isinstance(stored, dict):
+        return False
+    if stored == now or not any_code:
+        return stored == now
+    defaults = _jsonable(TrainConfig().to_dict())
+    return all(stored[k] == v if k in stored else v == defaults.get(k) for k, v in now.items())
 
 
 def repeat_dir(out: Path, config: TrainConfig, repeat: int, repeats: int) -> Path:
