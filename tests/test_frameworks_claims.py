@@ -189,3 +189,32 @@ def test_tuning_text_states_the_recorded_horovod_settings() -> None:
     assert "threshold 64 MiB" in text and "environment: HOROVOD_FUSION_THRESHOLD" in text
     assert "not on record for 1 run" in text
     assert compare.tuning_text(pd.DataFrame([{"strategy": "ddp"}])) == ""
+
+
+def test_a_resumed_profile_starts_no_engines(tmp_path: Path, monkeypatch) -> None:
+    """Chapter 07 resumes cell by cell: shared cells all on record are read back without a
+    cluster (make reference accumulates over sittings); one missing cell needs the cluster."""
+    from ddlstudy import grid, records
+    from ddlstudy.trainer import TrainConfig
+
+    configs = [TrainConfig(strategy=s, model="mlp", workers=w, dataset="synthetic")
+               for s in ("horovod", "allreduce") for w in (1, 2)]
+    for c in configs:
+        folder = grid.repeat_dir(tmp_path, c, 0, 1)
+        records.write_table(pd.DataFrame([{"strategy": c.strategy, "workers": c.workers,
+                                           "images_per_sec": 10.0 * c.workers}]),
+                            folder, "summary")
+        records.write_meta(folder, c.to_dict(), status="ok")
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a cluster was started for cells already on record")
+
+    monkeypatch.setattr(grid, "emulated_cluster", no_cluster)
+    got = compare.run_profile(configs, "none", tmp_path)
+    assert sorted(zip(got["strategy"], got["workers"], strict=True)) == sorted(
+        (c.strategy, c.workers) for c in configs)
+    assert got["reused"].all() and (got["engines"] == "shared").all()
+    more = [*configs, TrainConfig(strategy="allreduce", model="mlp", workers=3,
+                                  dataset="synthetic")]
+    with pytest.raises(AssertionError, match="already on record"):
+        compare.run_profile(more, "none", tmp_path)

@@ -51,7 +51,10 @@ def run_profile(configs: Sequence[TrainConfig], profile: str, out: Path, *, repe
     shared = [c for c in configs if c.strategy not in TF_STRATEGIES]
     fresh = [c for c in configs if c.strategy in TF_STRATEGIES]
     frames = []
-    if shared:
+    done = on_record(shared, out, repeats, scale) if shared else None
+    if done is not None:  # a resumed run: every shared cell read back, no engines started
+        frames.append(done.assign(engines="shared"))
+    elif shared:
         with grid.emulated_cluster(profile, grid.engines_needed(shared), scale,
                                    offload_off=offload_off, **cluster_kwargs) as cluster:
             cells = grid.dilate(shared, cluster)
@@ -65,15 +68,35 @@ def run_profile(configs: Sequence[TrainConfig], profile: str, out: Path, *, repe
     return summary.assign(profile=profile)
 
 
+def as_dilated(config: TrainConfig, scale: float | None) -> TrainConfig:
+    """The config as a cluster on links x `scale` will run it (grid.dilation), known before
+    any cluster starts: replayed compute stretched by 1/scale, else as is."""
+    stretch = 1.0 / scale if scale and config.compute == "replay" else 1.0
+    return replace(config, time_dilation=stretch).validate()
+
+
+def on_record(configs: Sequence[TrainConfig], out: Path, repeats: int,
+              scale: float | None) -> pd.DataFrame | None:
+    """Every cell and repeat's summary when all are finished on record (grid._finished: same
+    parameters), else None: a resumed chapter then starts no engines for them."""
+    rows = []
+    for rep, config in grid.interleaved(configs, repeats):
+        folder = grid.repeat_dir(Path(out), config, rep, repeats)
+        done = grid._finished(folder, as_dilated(config, scale))
+        if done is None:
+            return None
+        rows.append(done.assign(repeat=rep, reused=True, error=""))
+    return pd.concat(rows, ignore_index=True) if rows else None
+
+
 def _fresh_cell(config: TrainConfig, profile: str, out: Path, rep: int, repeats: int,
                 scale: float | None, offload_off: bool, cluster_kwargs: dict[str, Any]
                 ) -> pd.DataFrame:
     """One TF cell and repeat on its own engines (reused from its folder when finished)."""
     folder = grid.repeat_dir(out, config, rep, repeats)
-    if scale is not None and config.compute == "replay":  # what grid.dilate will set
-        done = grid._finished(folder, replace(config, time_dilation=1.0 / scale).validate())
-        if done is not None:  # no engines started for a cell already on record
-            return done.assign(repeat=rep, reused=True, error="")
+    done = grid._finished(folder, as_dilated(config, scale))
+    if done is not None:  # no engines started for a cell already on record
+        return done.assign(repeat=rep, reused=True, error="")
     with grid.emulated_cluster(profile, config.world_size, scale, offload_off=offload_off,
                                **cluster_kwargs) as cluster:
         cell = grid.dilate([config], cluster)[0]
