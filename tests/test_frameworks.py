@@ -185,8 +185,9 @@ def test_tf_ps_async_updates_are_stale(tf_run) -> None:
         # Seen once in three full-suite runs: the coordinator's first remote call failed with
         # gRPC "Unable to parse request", the status a gRPC server cancels a call with when
         # the request's payload is absent or does not parse as the method's message (grpc
-        # server_cc.cc, PayloadAsyncRequest::FinalizeResult), i.e. a call cut off in transit
-        # or bytes that were not this cluster's. Ruled out: ports from the ephemeral range
+        # ServerInterface::PayloadAsyncRequest::FinalizeResult in grpcpp/server_interface.h, a
+        # header TF compiles in): a call cut off in transit or bytes that were not this
+        # cluster's. Ruled out: ports from the ephemeral range
         # (frameworks.free_port now probes below it) and two servers sharing a port (TF binds
         # without SO_REUSEPORT unless TF_GRPC_REUSE_PORT is set: a second bind fails loudly).
         # Not reproduced here, so the cause is open and the one fresh retry stays (on fresh
