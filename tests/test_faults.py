@@ -159,12 +159,14 @@ def _report(out: Path, params: Path, repo_root: Path) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
-                         ids=["SIGTERM", "SIGINT", "SIGKILL"])
-def test_signal_to_report_mid_chapter_then_rerun(sig: signal.Signals, tmp_path: Path,
-                                                 repo_root: Path) -> None:
+@pytest.mark.parametrize(("sig", "times"), [(signal.SIGTERM, 1), (signal.SIGTERM, 2),
+                                            (signal.SIGINT, 1), (signal.SIGKILL, 1)],
+                         ids=["SIGTERM", "SIGTERM-twice", "SIGINT", "SIGKILL"])
+def test_signal_to_report_mid_chapter_then_rerun(sig: signal.Signals, times: int,
+                                                 tmp_path: Path, repo_root: Path) -> None:
     """Chapter 00 finishes, 01 is killed while its cluster runs; the re-run reuses 00 and
-    completes; no process of the killed run is left."""
+    completes; no process of the killed run is left. A second SIGTERM while the runner stops
+    (a supervisor repeating itself) changes nothing: still one line, no traceback."""
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text("run_id: faults\nreport:\n  chapters: [00_background, 01_cluster_setup]\n")
     out = tmp_path / "out"
@@ -186,6 +188,9 @@ def test_signal_to_report_mid_chapter_then_rerun(sig: signal.Signals, tmp_path: 
         assert kernel_owner is not None, "chapter 01 never started its cluster"
         t0 = time.monotonic()
         proc.send_signal(sig)
+        for _ in range(times - 1):
+            time.sleep(1.0)  # the runner is stopping its kernels by now
+            proc.send_signal(sig)
         _, err = proc.communicate(timeout=90)
         took = time.monotonic() - t0
     finally:
