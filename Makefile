@@ -36,16 +36,16 @@ lint: setup
 # through papermill on params/ci.yaml and renders them into a book), then nbval executes the
 # other committed notebooks (05, 07-10) with the same tiny params: each notebook runs once
 # (notebooks/conftest.py). `make test-notebooks` runs nbval over every notebook.
-NBVAL := cd notebooks && DDLSTUDY_PARAMS=../params/default.yaml:../params/ci.yaml \
+NBVAL := DDLSTUDY_PARAMS=../params/default.yaml:../params/ci.yaml \
 	  ../$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 --rootdir=. -o addopts="" .
 test: setup browser
 	$(VENV)/bin/ruff check lib tests notebooks/conftest.py
 	$(PY) -m pytest -q
-	DDLSTUDY_NBVAL_SKIP_RENDERED=1 $(NBVAL)
+	cd notebooks && DDLSTUDY_NBVAL_SKIP_RENDERED=1 $(NBVAL)
 
 test-notebooks: setup
-	$(NBVAL)
+	cd notebooks && $(NBVAL)
 
 # Debian's chromium for tests/test_browser.py: installed when root, else that test skips.
 .PHONY: browser
