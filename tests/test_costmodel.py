@@ -137,6 +137,16 @@ def test_networks_come_from_netem_profiles():
         assert M.NETWORKS[name]["beta"] == pytest.approx(8 / p.rate_bps)
 
 
+def test_a_profile_added_later_is_a_network(monkeypatch):
+    from ddlstudy import netem
+
+    monkeypatch.setitem(netem.PROFILES, "lab-25GbE",
+                        netem.Profile("lab-25GbE", 25e9, 5e-6, "test", "test"))
+    assert "lab-25GbE" in M.NETWORKS and len(M.NETWORKS) == len(netem.PROFILES)
+    assert M.predict_network("ring", 1e8, 2, "lab-25GbE") == pytest.approx(
+        1e8 * 8 / 25e9 + 2 * 5e-6)
+
+
 def test_goodput_is_payload_per_wire_byte():
     # MTU 1500: 1448 payload bytes per 1514-byte frame
     assert M.GOODPUT == pytest.approx(1448 / 1514)

@@ -35,7 +35,7 @@ import functools
 import itertools
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,22 @@ ALGORITHMS = LiveNames(lambda: ALGORITHM_REGISTRY)
 # from the one registry of real networks, ddlstudy.netem.PROFILES (rates and latencies with their
 # sources there). Re-measure your own with `python -m ddlstudy.cluster --check` and fit() before
 # trusting a prediction.
-NETWORKS: dict[str, dict[str, float]] = {
-    name: {"alpha": p.latency_s, "beta": 8 / p.rate_bps} for name, p in PROFILES.items()
-}
+class _Links(Mapping[str, dict[str, float]]):
+    """A live view of netem.PROFILES as {"alpha", "beta"}: a profile added there later (a test,
+    a notebook) is a network here too, never a copy taken at import."""
+
+    def __getitem__(self, name: str) -> dict[str, float]:
+        p = PROFILES[name]
+        return {"alpha": p.latency_s, "beta": 8 / p.rate_bps}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(PROFILES))
+
+    def __len__(self) -> int:
+        return len(PROFILES)
+
+
+NETWORKS: Mapping[str, dict[str, float]] = _Links()
 
 
 def terms(algorithm: str, nbytes: float, p: int,

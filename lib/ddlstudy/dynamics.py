@@ -30,7 +30,7 @@ import pandas as pd
 
 from ddlstudy import stats
 from ddlstudy.lazy import LiveNames
-from ddlstudy.strategies.registry import strategy_names
+from ddlstudy.strategies.registry import get_strategy, strategy_names
 
 LR_SCALINGS = ("none", "linear")
 # Strategies whose ranks hold a torch optimizer the schedule can drive (not Horovod / TF), and
@@ -56,8 +56,9 @@ class LRSchedule:
 
 
 def update_batch(strategy: str, batch_size: int, workers: int) -> int:
-    """Samples one optimizer update averages: b for ps_async (one worker's gradient), else N x b."""
-    return batch_size if strategy == "ps_async" else batch_size * workers
+    """Samples one optimizer update averages: b for an asynchronous strategy (each update is one
+    worker's gradient: ps_async), else N x b."""
+    return batch_size * workers if get_strategy(strategy).sync else batch_size
 
 
 def schedule_for(config: Any, train_size: int) -> LRSchedule:
@@ -101,7 +102,7 @@ def attach_schedule(strategy: Any, config: Any, train_size: int | None) -> LRSch
 
         train_size = len(_load(config, train=True, n=config.batch_size * config.workers)[0])
     schedule = schedule_for(config, train_size)
-    per_step = config.workers if config.strategy == "ps_async" else 1
+    per_step = 1 if get_strategy(config.strategy).sync else config.workers
     updates = [0]
 
     def set_lr() -> None:
@@ -332,7 +333,8 @@ def run_plan(cluster: Any, plan: Sequence[tuple[str, Any]], out: Path,
     for section, c in plan:
         rows.append({"section": section, "dataset": c.dataset, "model": c.model,
                      "strategy": c.strategy,
-                     "algorithm": c.algorithm if c.strategy == "allreduce" else "",
+                     "algorithm": (c.algorithm if "algorithm" in get_strategy(c.strategy).options
+                                   else ""),
                      "workers": c.workers, "batch_size": c.batch_size, "seed": c.seed,
                      "lr": c.lr, "lr_rule": lr_rule(c), "epochs": c.epochs,
                      "folder": str(where[_key(c)]), "error": errors.get(_key(c), "")})

@@ -6,6 +6,8 @@ Non-powers of two fold the 2r = 2(p - p') extra ranks onto the largest power of 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ddlstudy.collectives.common import Comm, bounds, lg
@@ -45,25 +47,62 @@ def _real_rank(newrank: int, rem: int) -> int:
     return newrank * 2 + 1 if newrank < rem else newrank + rem
 
 
-def recursive_doubling(c: Comm, x: torch.Tensor) -> None:
-    """Butterfly: lg p rounds, each exchanging the whole buffer with rank XOR 2^i.
-
-    Latency-optimal (lg p messages) but sends lg p full buffers: best for small messages.
-    """
+def _folded(c: Comm, x: torch.Tensor,
+            core: Callable[[Comm, torch.Tensor, Callable[[int], int], int, int], None]) -> None:
+    """Run a power-of-two `core(c, x, real, newrank, pof2)` on the folded world: the extra ranks
+    fold in first and get the result back last; `real(q)` maps a folded rank to a real one."""
     if c.size == 1:
         return
     newrank = _fold_in(c, x)
     pof2 = 1 << (c.size.bit_length() - 1)
     rem = c.size - pof2
     if newrank >= 0:
-        tmp = torch.empty_like(x)
-        mask = 1
-        while mask < pof2:
-            peer = _real_rank(newrank ^ mask, rem)
-            c.sendrecv(x, peer, tmp, peer)
-            x.add_(tmp)
-            mask <<= 1
+        core(c, x, lambda q: _real_rank(q, rem), newrank, pof2)
     _fold_out(c, x, newrank)
+
+
+def _butterfly(c: Comm, x: torch.Tensor, real: Callable[[int], int], newrank: int,
+               pof2: int) -> None:
+    tmp = torch.empty_like(x)
+    mask = 1
+    while mask < pof2:
+        peer = real(newrank ^ mask)
+        c.sendrecv(x, peer, tmp, peer)
+        x.add_(tmp)
+        mask <<= 1
+
+
+def _halving_doubling(c: Comm, x: torch.Tensor, real: Callable[[int], int], newrank: int,
+                      pof2: int) -> None:
+    b = bounds(x.numel(), pof2)
+    lo, hi = 0, pof2  # block window this rank is responsible for
+    tmp = torch.empty_like(x)
+    mask = pof2 >> 1
+    while mask:
+        peer = real(newrank ^ mask)
+        mid = (lo + hi) // 2
+        (klo, khi), (glo, ghi) = ((lo, mid), (mid, hi)) if newrank & mask == 0 else \
+            ((mid, hi), (lo, mid))
+        keep, give = x[b[klo]:b[khi]], x[b[glo]:b[ghi]]
+        c.sendrecv(give, peer, tmp[: keep.numel()], peer)
+        keep.add_(tmp[: keep.numel()])
+        lo, hi = klo, khi
+        mask >>= 1
+    mask = 1
+    while mask < pof2:
+        peer = real(newrank ^ mask)
+        plo, phi = (lo + mask, hi + mask) if newrank & mask == 0 else (lo - mask, hi - mask)
+        c.sendrecv(x[b[lo]:b[hi]], peer, x[b[plo]:b[phi]], peer)
+        lo, hi = min(lo, plo), max(hi, phi)
+        mask <<= 1
+
+
+def recursive_doubling(c: Comm, x: torch.Tensor) -> None:
+    """Butterfly: lg p rounds, each exchanging the whole buffer with rank XOR 2^i.
+
+    Latency-optimal (lg p messages) but sends lg p full buffers: best for small messages.
+    """
+    _folded(c, x, _butterfly)
 
 
 def rabenseifner(c: Comm, x: torch.Tensor) -> None:
@@ -72,34 +111,7 @@ def rabenseifner(c: Comm, x: torch.Tensor) -> None:
     lg p rounds each way like the butterfly, but halving the data each round, so bandwidth
     2(p-1)/p n like the ring: good at every size on a full-bisection network.
     """
-    if c.size == 1:
-        return
-    newrank = _fold_in(c, x)
-    pof2 = 1 << (c.size.bit_length() - 1)
-    rem = c.size - pof2
-    if newrank >= 0:
-        b = bounds(x.numel(), pof2)
-        lo, hi = 0, pof2  # block window this rank is responsible for
-        tmp = torch.empty_like(x)
-        mask = pof2 >> 1
-        while mask:
-            peer = _real_rank(newrank ^ mask, rem)
-            mid = (lo + hi) // 2
-            (klo, khi), (glo, ghi) = ((lo, mid), (mid, hi)) if newrank & mask == 0 else \
-                ((mid, hi), (lo, mid))
-            keep, give = x[b[klo]:b[khi]], x[b[glo]:b[ghi]]
-            c.sendrecv(give, peer, tmp[: keep.numel()], peer)
-            keep.add_(tmp[: keep.numel()])
-            lo, hi = klo, khi
-            mask >>= 1
-        mask = 1
-        while mask < pof2:
-            peer = _real_rank(newrank ^ mask, rem)
-            plo, phi = (lo + mask, hi + mask) if newrank & mask == 0 else (lo - mask, hi - mask)
-            c.sendrecv(x[b[lo]:b[hi]], peer, x[b[plo]:b[phi]], peer)
-            lo, hi = min(lo, plo), max(hi, phi)
-            mask <<= 1
-    _fold_out(c, x, newrank)
+    _folded(c, x, _halving_doubling)
 
 
 def _folded_traffic(core: int, nbytes: int, p: int, rank: int) -> tuple[int, int]:
