@@ -29,6 +29,25 @@ def _write_record(folder: Path, owners: list[int], pids: list[int]) -> None:
     (folder / "pids.json").write_text(json.dumps(record))
 
 
+def test_first_signal_interrupts_later_ones_are_ignored() -> None:
+    """A CLI's first SIGTERM raises Interrupted; a second one while it unwinds raises nothing
+    (it used to land in some finally block and print a traceback instead of the one line)."""
+    old = {sig: signal.getsignal(sig) for sig in cl.HANDLED_SIGNALS}
+    try:
+        cl.handle_signals()
+        with pytest.raises(cl.Interrupted) as got:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)
+        assert got.value.exit_code == 128 + signal.SIGTERM
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            os.kill(os.getpid(), sig)
+        time.sleep(0.5)  # a handler that raised would have raised by now
+        assert all(signal.getsignal(s) == signal.SIG_IGN for s in cl.HANDLED_SIGNALS)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def test_cleanup_stops_only_clusters_whose_owner_died(tmp_path: Path) -> None:
     owner, orphan_engine, live_engine = _sleeper(), _sleeper(), _sleeper()
     try:

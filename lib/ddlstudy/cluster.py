@@ -631,21 +631,27 @@ class Interrupted(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signum)
-
-
-def _raise_interrupted_quietly(signum: int, _frame: Any) -> None:
-    logging.disable(logging.CRITICAL)  # libraries' logs of the unwinding would bury the line
-    raise Interrupted(signum)
-
-
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    # Once: the stop this starts is bounded (kill_after_grace), and a repeated signal (a
+    # supervisor's second SIGTERM, a second Ctrl-C) raised again mid-unwind would land in some
+    # finally or except block and turn the CLI's one line into a traceback.
+    for sig in HANDLED_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _raise_interrupted_quietly(signum: int, frame: Any) -> None:
+    logging.disable(logging.CRITICAL)  # libraries' logs of the unwinding would bury the line
+    _raise_interrupted(signum, frame)
+
+
 def handle_signals(quiet: bool = False) -> None:
-    """CLIs call this first: any of SIGINT/SIGTERM/SIGHUP raises Interrupted in the main
-    thread; the CLI stops its cluster, prints one line and exits 128 + the signal number.
+    """CLIs call this first: the first SIGINT/SIGTERM/SIGHUP raises Interrupted in the main
+    thread (later ones are ignored: the stop is under way); the CLI stops its cluster, prints
+    one line and exits 128 + the signal number.
     quiet: also silence logging from then on (e.g. asyncio's 'Task exception was never
     retrieved' after papermill's kernel dies)."""
     for sig in HANDLED_SIGNALS:

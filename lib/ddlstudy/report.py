@@ -210,14 +210,11 @@ def main(argv: list[str] | None = None) -> int:
 def _stop_on_signal(err: BaseException) -> int:
     """Stop what this runner started (kernels, their clusters) and orphans of dead runs; one
     line; exit 128 + signal. Finished chapters keep their markers: a re-run resumes."""
-    import signal
-
     import psutil
 
     from ddlstudy import cluster, netem
 
-    for sig in cluster.HANDLED_SIGNALS:  # already stopping: a repeated signal changes nothing
-        signal.signal(sig, signal.SIG_IGN)  # (and must not turn the one line into a traceback)
+    # the first signal's handler already ignores further ones (cluster.handle_signals)
     with cluster.defer_signals():
         children = {p.pid for p in psutil.Process().children(recursive=True)}
         cluster.kill_after_grace(children, cluster.STOP_GRACE_S)
