@@ -70,6 +70,7 @@ def test_train_writes_steps_summary_meta(cluster: Cluster, tmp_path: Path) -> No
     assert set(SUMMARY_REQUIRED) <= set(summary.columns)
     assert meta["params"]["strategy"] == "ps_sync" and meta["params"]["workers"] == 2
     assert meta["status"] == "ok" and meta["git_sha"]
+    assert len(meta["host"]["load_avg"]) == 3 and min(meta["host"]["load_avg"]) >= 0
     # only the timed steps are recorded, for every rank: 2 workers + the server (rank 2)
     assert sorted(steps["step"].unique()) == [2, 3, 4, 5]
     assert steps.groupby("role")["rank"].unique().map(sorted).to_dict() == {

@@ -58,12 +58,15 @@ def versions() -> dict[str, str]:
 
 
 def host_info() -> dict[str, Any]:
+    """The machine, and its 1/5/15-min load average when the record is written (a run's meta is
+    written at its end): on a shared host, what else was running is part of the measurement."""
     info: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_avg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
     try:
         import psutil
