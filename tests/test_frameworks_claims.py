@@ -189,6 +189,10 @@ def test_tuning_text_states_the_recorded_horovod_settings() -> None:
     assert "threshold 64 MiB" in text and "environment: HOROVOD_FUSION_THRESHOLD" in text
     assert "not on record for 1 run" in text
     assert compare.tuning_text(pd.DataFrame([{"strategy": "ddp"}])) == ""
+    # every Horovod cell predates the columns (make reference's resumed chapter 07)
+    old = pd.DataFrame([{"strategy": "horovod", "workers": n} for n in (1, 2)])
+    assert compare.tuning_text(old) == ("Horovod's tuning is not on record for 2 runs (measured "
+                                        "before the records carried it).")
 
 
 def test_a_resumed_profile_starts_no_engines(tmp_path: Path, monkeypatch) -> None:

@@ -262,7 +262,7 @@ def tuning_text(summary: pd.DataFrame) -> str:
         return ""
     known = hv.dropna(subset=TUNING[:4]) if set(TUNING[:4]) <= set(hv) else hv[:0]
     parts = []
-    for (fusion, cycle, cache, auto), g in known.groupby(TUNING[:4]):
+    for (fusion, cycle, cache, auto), g in (known.groupby(TUNING[:4]) if len(known) else ()):
         names = {str(x) for x in g.get("hvd_tuning_set", pd.Series(dtype=str)).dropna()} - {""}
         how = ("set in the environment: " + ", ".join(sorted(names)) if names
                else "all Horovod defaults")
@@ -270,9 +270,12 @@ def tuning_text(summary: pd.DataFrame) -> str:
                      f"response cache {int(cache)} entries, autotune {'on' if auto else 'off'} "
                      f"({how}; {len(g)} run{'s' * (len(g) != 1)})")
     unknown = len(hv) - len(known)
+    missing = (f"not on record for {unknown} run{'s' * (unknown != 1)} (measured before the "
+               "records carried it)")
+    if not parts:
+        return f"Horovod's tuning is {missing}."
     if unknown:
-        parts.append(f"not on record for {unknown} run{'s' * (unknown != 1)} (measured before "
-                     "the records carried it)")
+        parts.append(missing)
     return "Horovod ran with " + "; ".join(parts) + "."
 
 
