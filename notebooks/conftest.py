@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def _rendered_chapters() -> set[str]:
-    from ddlstudy.params import load_params
+    from ddlstudy.config.params import load_params
 
     files = os.environ.get("DDLSTUDY_PARAMS", "../params/default.yaml").split(os.pathsep)
     return set(load_params(*files).report.chapters)

@@ -13,7 +13,7 @@ os.environ.setdefault("IPYTHONDIR", str(ROOT / ".ipython"))
 os.environ.setdefault("MPLCONFIGDIR", str(ROOT / ".cache" / "matplotlib"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from ddlstudy.cluster import Cluster  # noqa: E402
+from ddlstudy.cluster.engines import Cluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +38,7 @@ def repo_root() -> Path:
 def ci_report(tmp_path_factory: pytest.TempPathFactory):
     """The CI report (params/default.yaml + params/ci.yaml) run once per session: the notebook
     tests and the browser test read the same run folder and book."""
-    from ddlstudy.report import run_report
+    from ddlstudy.report.runner import run_report
 
     out = tmp_path_factory.mktemp("report") / "ci"
     files = [str(ROOT / "params/default.yaml"), str(ROOT / "params/ci.yaml")]

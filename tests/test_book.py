@@ -11,7 +11,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from ddlstudy import book, summaries
+from ddlstudy.chapters import summaries
+from ddlstudy.report import book
 
 NOISY = [
     ("parameters", "run_dir = 'x'"),
@@ -105,9 +106,9 @@ def test_ps_vs_ring_summary_says_speedup(tmp_path: Path) -> None:
 
 
 def test_every_chapter_has_a_summary_function() -> None:
-    from ddlstudy.params import CHAPTERS
+    from ddlstudy.config.params import CHAPTERS
 
-    assert set(CHAPTERS) <= set(summaries.SUMMARIES)
+    assert set(CHAPTERS) <= set(summaries.summary_functions())
 
 
 def test_book_builds_offline(executed) -> None:
@@ -154,13 +155,17 @@ def test_docs_point_inside_the_repo(repo_root: Path) -> None:
 
 def test_design_examples_name_real_registries() -> None:
     """The worked examples in docs/design.md extend registries that exist under these names."""
-    from ddlstudy import collectives, costmodel, models, netem, params, strategies
+    from ddlstudy import collectives, strategies
+    from ddlstudy.analysis import costmodel
+    from ddlstudy.config import params
+    from ddlstudy.network.emulated import netem
+    from ddlstudy.workload import models
 
     assert {"ring", "tree"} <= set(collectives.ALGORITHMS) and callable(costmodel.terms)
     assert "resnet18" in models.MODELS and callable(models.model_table)
     assert "ps_sync" in strategies.STRATEGIES and callable(strategies.register_strategy)
     assert "10GbE" in netem.PROFILES and "10GbE" in params.NETWORKS
-    assert set(params.CHAPTERS) <= set(summaries.SUMMARIES) and book.HEADLINES
+    assert set(params.CHAPTERS) <= set(summaries.summary_functions()) and book.HEADLINES
     fields = list(netem.Profile.__dataclass_fields__)
     assert fields[:5] == ["name", "rate_bps", "latency_s", "rate_source", "latency_source"]
 

@@ -7,8 +7,8 @@ import os
 import psutil
 import pytest
 
-from ddlstudy import cluster as cl
-from ddlstudy.cluster import Cluster, ClusterError
+from ddlstudy.cluster import engines as cl
+from ddlstudy.cluster.engines import Cluster, ClusterError
 
 
 def test_ranks_hosts_devices(cluster: Cluster) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddlstudy import conclusions as C
-from ddlstudy.params import CHAPTERS
+from ddlstudy.claims import engine as C
+from ddlstudy.config.params import CHAPTERS
 
 MODELS = ["small", "big"]
 FOLDERS = C.chapter_folders([*CHAPTERS, "06_projection"], MODELS)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddlstudy import costmodel as M
+from ddlstudy.analysis import costmodel as M
 
 A, B, G = 10e-6, 1e-9, 0.25e-9  # 10 us, 1 GB/s, 4 GB/s reduction
 
@@ -129,7 +129,7 @@ def _link_with_beta(beta: float, latency_s: float = 0.0) -> M.Link:
 
 
 def test_networks_come_from_netem_profiles():
-    from ddlstudy.netem import PROFILES
+    from ddlstudy.network.emulated.netem import PROFILES
 
     assert set(M.NETWORKS) == set(PROFILES)
     for name, p in PROFILES.items():
@@ -138,7 +138,7 @@ def test_networks_come_from_netem_profiles():
 
 
 def test_a_profile_added_later_is_a_network(monkeypatch):
-    from ddlstudy import netem
+    from ddlstudy.network.emulated import netem
 
     monkeypatch.setitem(netem.PROFILES, "lab-25GbE",
                         netem.Profile("lab-25GbE", 25e9, 5e-6, "test", "test"))
@@ -466,7 +466,7 @@ def test_whatif_sliders_build_and_draw_the_projection() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ddlstudy import explore
+    from ddlstudy.chapters import explore
 
     c = M.Constants(host_s_per_byte=0.0)
     ui = explore.sliders(["resnet50", "alexnet"], c, [1, 8, 64], "imagenet", 128,
@@ -486,7 +486,7 @@ def test_committed_reference_meets_the_validation_goal():
     """The issue's goal on the committed make-reference cells: constants fitted on at most a
     third of the cells, median relative error <= 0.10 on the held-out rest (fails when a change
     to the model or a new batch of cells breaks it)."""
-    from ddlstudy import reference
+    from ddlstudy.records import reference
 
     v = M.validation_for([reference.reference_dir()])
     if v.n_cells == 0:

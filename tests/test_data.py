@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from ddlstudy import data as D
-from ddlstudy.data import (
+from ddlstudy.workload import data as D
+from ddlstudy.workload.data import (
     DataError,
     batches,
     load_cifar10,

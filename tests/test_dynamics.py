@@ -12,11 +12,13 @@ import pandas as pd
 import pytest
 import torch
 
-from ddlstudy import conclusions, dynamics, stats
-from ddlstudy.cluster import Cluster
-from ddlstudy.models import build_model
+from ddlstudy.analysis import stats
+from ddlstudy.claims import engine as conclusions
+from ddlstudy.cluster.engines import Cluster
+from ddlstudy.experiments import dynamics
 from ddlstudy.strategies import make_strategy
-from ddlstudy.trainer import TrainConfig, train
+from ddlstudy.train.trainer import TrainConfig, train
+from ddlstudy.workload.models import build_model
 
 # digits: 1,438 training images; 2 workers x 16 = 32 per step -> 44 steps in the first epoch
 TINY = TrainConfig(model="mlp", dataset="digits", strategy="allreduce", workers=2,

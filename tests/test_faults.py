@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddlstudy import cluster as cl
+from ddlstudy.cluster import engines as cl
 
 TIMEOUT_S = 20  # --timeout of the runs below: the collective timeout a dead rank is named within
 BOUND_S = TIMEOUT_S + 15  # + the stop grace and a loaded host
@@ -99,7 +99,7 @@ def _alive_of(record: dict) -> list[int]:
 
 def _train(strategy: str, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "synthetic",
+        [sys.executable, "-m", "ddlstudy.cli.train", "--model", "mlp", "--dataset", "synthetic",
          "--strategy", strategy, "--workers", "2", "--batch-size", "8", "--steps", "100000",
          "--warmup-steps", "1", "--timeout", str(TIMEOUT_S), "--no-progress", "--no-eval",
          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from ddlstudy import frameworks
-from ddlstudy.cluster import Cluster
-from ddlstudy.trainer import TrainConfig, train
+from ddlstudy.cluster.engines import Cluster
+from ddlstudy.train.trainer import TrainConfig, train
 
 TINY = dict(model="mlp", shape=(1, 4, 4), num_classes=3, dataset="synthetic", workers=2,
             batch_size=4, warmup_steps=1, steps=2, lr=0.5, dtype="float64",
@@ -47,7 +47,7 @@ def test_missing_framework_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_cli_missing_framework_exits_2(monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from ddlstudy import train as cli
+    from ddlstudy.cli import train as cli
 
     monkeypatch.setattr(frameworks, "missing", lambda s: f"{s}: run `make setup`")
     try:  # the config is checked before any engine starts
@@ -66,7 +66,7 @@ DEEP_TWINS = ("resnet152", "vgg19")
 
 def _check_keras_counts(names) -> None:
     from ddlstudy.frameworks.keras_models import build_keras_model, trainable_count
-    from ddlstudy.models import _build_meta
+    from ddlstudy.workload.models import _build_meta
 
     for name in names:  # CIFAR shapes: MNIST differs only in stem and classifier
         torch_n = sum(p.numel() for p in _build_meta(name, "cifar").parameters()
@@ -110,8 +110,8 @@ def horovod_runs():
     _needs("horovod")
     from dataclasses import replace
 
-    from ddlstudy import netem
-    from ddlstudy.grid import dilate, emulated_cluster
+    from ddlstudy.experiments.grid import dilate, emulated_cluster
+    from ddlstudy.network.emulated import netem
 
     # a 64-wide MLP: a gradient big enough to stand out of Horovod's control traffic on the wire
     config = TrainConfig(**{**TINY, "strategy": "horovod",
@@ -177,7 +177,7 @@ def test_tf_synchronous_matches_single_process(strategy: str, tf_run) -> None:
 
 def test_tf_ps_async_updates_are_stale(tf_run) -> None:
     _needs("tf_ps_async")
-    from ddlstudy.cluster import ClusterError
+    from ddlstudy.cluster.engines import ClusterError
 
     try:
         res = tf_run("tf_ps_async", steps=6)
@@ -201,7 +201,7 @@ def test_tf_ps_async_updates_are_stale(tf_run) -> None:
 
 
 def _emulation() -> None:
-    from ddlstudy import netem
+    from ddlstudy.network.emulated import netem
 
     ok, why = netem.available()
     if not ok:
@@ -212,7 +212,7 @@ def _run_emulated(strategy: str, **kw: object):
     """One run on 10GbE-like links x 0.01 (a namespace and shaped veth per engine)."""
     from dataclasses import replace
 
-    from ddlstudy.grid import dilate, emulated_cluster
+    from ddlstudy.experiments.grid import dilate, emulated_cluster
 
     config = TrainConfig(**{**TINY, "strategy": strategy, "dtype": "float32",
                             "model_kwargs": {"hidden": 64, "hidden1": 64}, **kw})

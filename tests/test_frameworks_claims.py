@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddlstudy import conclusions, stats
-from ddlstudy.frameworks import compare
+from ddlstudy.analysis import stats
+from ddlstudy.claims import engine as conclusions
+from ddlstudy.experiments import frameworks as compare
 
 CH = "07_frameworks"
 FOLDERS = {CH: [CH]}
@@ -64,7 +65,7 @@ def test_wang_horovod_vs_tf_branches(tmp_path: Path, horovod: list[float], tf: l
 @pytest.fixture
 def ref_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty results/reference/ stand-in, so the committed reference cells stay out."""
-    from ddlstudy import reference
+    from ddlstudy.records import reference
 
     root = tmp_path / "reference"
     monkeypatch.setattr(reference, "reference_dir", lambda: root)
@@ -73,7 +74,7 @@ def ref_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _reference_cells(root: Path, rates: dict[tuple[str, int], float]) -> None:
     """Cells as `make reference` writes them: runs/<profile>/<cell>/ summary, chunks, meta."""
-    from ddlstudy import records
+    from ddlstudy.records import store as records
 
     for (strategy, workers), rate in rates.items():
         cell = root / CH / "runs" / "10GbE" / f"{strategy}-x{workers}"
@@ -136,7 +137,7 @@ def test_single_runs_use_timed_chunks(tmp_path: Path) -> None:
 def test_wire_bytes_apply(tmp_path: Path) -> None:
     """Counted per-node bytes replace an analytic figure and are labelled; nothing changes
     where nothing was counted (loopback)."""
-    from ddlstudy.wire import WireBytes
+    from ddlstudy.network.emulated.wire import WireBytes
 
     class Net:
         def __init__(self) -> None:
@@ -198,8 +199,9 @@ def test_tuning_text_states_the_recorded_horovod_settings() -> None:
 def test_a_resumed_profile_starts_no_engines(tmp_path: Path, monkeypatch) -> None:
     """Chapter 07 resumes cell by cell: shared cells all on record are read back without a
     cluster (make reference accumulates over sittings); one missing cell needs the cluster."""
-    from ddlstudy import grid, records
-    from ddlstudy.trainer import TrainConfig
+    from ddlstudy.experiments import grid
+    from ddlstudy.records import store as records
+    from ddlstudy.train.trainer import TrainConfig
 
     configs = [TrainConfig(strategy=s, model="mlp", workers=w, dataset="synthetic")
                for s in ("horovod", "allreduce") for w in (1, 2)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddlstudy.models import (
+from ddlstudy.workload.models import (
     INPUT_SHAPES,
     MODELS,
     NUM_CLASSES,

@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from ddlstudy import monitor
-from ddlstudy.cluster import Cluster
+from ddlstudy.cluster.engines import Cluster
+from ddlstudy.experiments import monitor
 
 
 def _send_over_loopback(nbytes: int) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddlstudy import netem
+from ddlstudy.network.emulated import netem
 
 AVAILABLE, WHY = netem.available()
 
@@ -128,7 +128,7 @@ def test_cleanup_all_removes_a_crashed_run_but_not_a_live_one() -> None:
         assert any(crashed in r for r in removed)
         assert _ours(_snapshot(), crashed) == []
         assert _ours(_snapshot(), live.run_id), "a live run's network must survive cleanup_all"
-    cli = subprocess.run([sys.executable, "-m", "ddlstudy.netem", "--cleanup"],
+    cli = subprocess.run([sys.executable, "-m", "ddlstudy.network.emulated.netem", "--cleanup"],
                          capture_output=True, text=True)
     assert cli.returncode == 0 and cli.stdout.startswith("removed")
 
@@ -235,7 +235,7 @@ def test_counters_agree_with_collective_bytes(ns_cluster: tuple[netem.EmulatedNe
 @needs_netns
 def test_monitor_inside_namespaces_counts_each_worker_alone(
         ns_cluster: tuple[netem.EmulatedNetwork, Any]) -> None:
-    from ddlstudy import monitor
+    from ddlstudy.experiments import monitor
 
     net, cluster = ns_cluster
     nodes = netem.rank_nodes(cluster, net)
@@ -312,8 +312,8 @@ def test_cpu_bound_flags_cells_above_the_ceiling() -> None:
 def test_a_cpu_bound_cell_is_flagged_in_its_record(calibrated: Any, tmp_path: Any) -> None:
     """A real replayed run whose links together exceed a (deliberately tiny) ceiling carries
     cpu_bound in summary.csv; the same run under a large ceiling does not."""
-    from ddlstudy.grid import dilation, emulated_cluster
-    from ddlstudy.trainer import TrainConfig, train
+    from ddlstudy.experiments.grid import dilation, emulated_cluster
+    from ddlstudy.train.trainer import TrainConfig, train
 
     flags = {}
     for ceiling in (1e6, 1e12):

@@ -10,8 +10,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from ddlstudy.params import CHAPTERS, load_params
-from ddlstudy.report import run_report
+from ddlstudy.config.params import CHAPTERS, load_params
+from ddlstudy.report.runner import run_report
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_every_chapter_runs_and_renders(ci_run) -> None:
         assert f'href="{name}.html"' in index
         page = (out / "report" / f"{name}.html").read_text()
         assert "Traceback" not in page
-    # Figures the chapters draw, as <img> of the book's local copies (ddlstudy.book).
+    # Figures the chapters draw, as <img> of the book's local copies (ddlstudy.report.book).
     expected = {"00_background": 1, "01_cluster_setup": 1, "02_collectives": 3,
                 "03_ps_vs_ring-mlp": 3, "04_utilization_traffic": 3}
     for chapter, figures in expected.items():
@@ -105,7 +105,7 @@ def test_failing_chapter_keeps_its_copy_and_is_named(ci_run, tmp_path: Path) -> 
     marker = run / "00_background.done.json"
     marker.unlink()
     (run / "00_background.ipynb").unlink()
-    import ddlstudy.report as report
+    import ddlstudy.report.runner as report
 
     original = report.NOTEBOOKS
     broken = tmp_path / "notebooks"

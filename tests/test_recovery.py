@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 import torch
 
-from ddlstudy import checkpoint
-from ddlstudy import cluster as cl
-from ddlstudy.trainer import TrainConfig, train
+from ddlstudy.cluster import engines as cl
+from ddlstudy.train import checkpoint
+from ddlstudy.train.trainer import TrainConfig, train
 
 TIMEOUT_S = 20  # --timeout of the runs: the collective timeout a dead rank is detected within
 
@@ -55,7 +55,7 @@ def _demo(strategy: str, out: Path, *extra: str) -> tuple[subprocess.CompletedPr
                                                              list[int], int]:
     """The issue's demo command; returns the finished process, the processes of its clusters
     still alive afterwards, and how many distinct processes its clusters recorded."""
-    cmd = [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "digits",
+    cmd = [sys.executable, "-m", "ddlstudy.cli.train", "--model", "mlp", "--dataset", "digits",
            "--strategy", strategy, "--workers", "3", "--steps", "40", "--checkpoint-every", "5",
            "--fail-worker", "1", "--fail-at-step", "12", "--out", str(out), "--timeout",
            str(TIMEOUT_S), "--no-progress", *extra]
@@ -178,7 +178,7 @@ def test_fault_options_are_checked_in_one_line(capsys: pytest.CaptureFixture[str
                        ({"checkpoint_every": 5, "lr_warmup_epochs": 0.5}, "schedule")]:
         with pytest.raises(ValueError, match=match):
             TrainConfig(**base, **bad).validate()
-    from ddlstudy.train import main
+    from ddlstudy.cli.train import main
 
     saved = {sig: signal.getsignal(sig) for sig in cl.HANDLED_SIGNALS}
     errors = []
@@ -203,7 +203,7 @@ def test_killed_run_leaves_records_and_rerun_resumes(tmp_path: Path) -> None:
     """SIGKILL the driver itself after a checkpoint: the records up to it are on disk; the same
     command again resumes from it and completes."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ddlstudy.train", "--model", "resnet18", "--dataset",
+    cmd = [sys.executable, "-m", "ddlstudy.cli.train", "--model", "resnet18", "--dataset",
            "synthetic", "--strategy", "allreduce", "--workers", "2", "--batch-size", "8",
            "--steps", "30", "--warmup-steps", "1", "--checkpoint-every", "5", "--out", str(out),
            "--timeout", str(TIMEOUT_S), "--no-progress"]
@@ -253,7 +253,7 @@ def _runs(loss_fail: list[float]) -> pd.DataFrame:
 
 
 def test_recovery_costs_and_prose_follow_the_records() -> None:
-    from ddlstudy import recovery
+    from ddlstudy.train import recovery
 
     costs = recovery.cost_table(_runs([1.0, 1.0, 1.0]))
     by = costs.set_index("strategy")

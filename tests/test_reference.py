@@ -8,7 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddlstudy import netem, records, reference, train
+from ddlstudy.cli import train
+from ddlstudy.network.emulated import netem
+from ddlstudy.records import reference
+from ddlstudy.records import store as records
 
 
 def _cell(root: Path, name: str, workers: int, status: str = "ok") -> None:

@@ -16,11 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddlstudy import collectives, costmodel, netem, params, workloads
-from ddlstudy.cluster import Cluster
+from ddlstudy import collectives
+from ddlstudy.analysis import costmodel
+from ddlstudy.cluster.engines import Cluster
 from ddlstudy.collectives import ALGORITHMS, unregister_algorithm
+from ddlstudy.config import params
+from ddlstudy.network.emulated import netem
 from ddlstudy.strategies import STRATEGIES, get_strategy, unregister_strategy
-from ddlstudy.trainer import TrainConfig, train
+from ddlstudy.train.trainer import TrainConfig, train
+from ddlstudy.workload import catalog as workloads
 
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "lib" / "ddlstudy"
@@ -142,7 +146,7 @@ def test_params_servers_follow_the_specs() -> None:
 
 
 def _train_parser() -> argparse.ArgumentParser:
-    from ddlstudy.train import _parser
+    from ddlstudy.cli.train import _parser
 
     return _parser()
 
@@ -190,7 +194,7 @@ def test_every_algorithm_moves_its_analytic_traffic_in_process() -> None:
 
 def test_registries_import_no_torch() -> None:
     """params and its CLI read the registries; torch alone would cost ~220 MB and seconds."""
-    code = ("import sys, ddlstudy.params, ddlstudy.strategies, ddlstudy.collectives; "
+    code = ("import sys, ddlstudy.config.params, ddlstudy.strategies, ddlstudy.collectives; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
@@ -212,7 +216,7 @@ def test_a_bad_registration_is_one_line() -> None:
 def test_docs_tables_are_the_registries(name: str) -> None:
     """docs/extending.md's tables of built-ins are generated from the registries, not typed."""
     from ddlstudy.collectives.registry import algorithm_table
-    from ddlstudy.lazy import markdown_table
+    from ddlstudy.registry import markdown_table
     from ddlstudy.strategies.registry import spec_table
 
     rows = spec_table() if name == "strategies" else algorithm_table()

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddlstudy import netem
-from ddlstudy.cluster import Cluster
-from ddlstudy.grid import dilation, emulated_cluster
-from ddlstudy.models import build_model
+from ddlstudy.cluster.engines import Cluster
+from ddlstudy.experiments.grid import dilation, emulated_cluster
+from ddlstudy.network.emulated import netem
 from ddlstudy.strategies import flat_params, replay_gradients
-from ddlstudy.trainer import TrainConfig, conditions, train
+from ddlstudy.train.trainer import TrainConfig, conditions, train
+from ddlstudy.workload.models import build_model
 
 AVAILABLE, WHY = netem.available()
 MLP_S = 0.05  # the reference step of the table below

@@ -12,9 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddlstudy import grid, report, resume
-from ddlstudy.params import load_params
-from ddlstudy.trainer import TrainConfig
+from ddlstudy.config.params import load_params
+from ddlstudy.experiments import grid
+from ddlstudy.records import resume
+from ddlstudy.report import runner as report
+from ddlstudy.train.trainer import TrainConfig
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ def test_atomic_marker_leaves_no_temp_files(tmp_path: Path) -> None:
 
 def test_grid_cell_reused_only_under_the_same_code(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddlstudy import records
+    from ddlstudy.records import store as records
 
     config = TrainConfig(model="mlp", strategy="allreduce", workers=2).validate()
     folder = grid.cell_dir(tmp_path, config)
@@ -106,7 +108,7 @@ def test_reference_cell_survives_a_new_config_field_at_its_default(
     import json
     from dataclasses import replace
 
-    from ddlstudy import records
+    from ddlstudy.records import store as records
 
     config = TrainConfig(model="mlp", strategy="allreduce", workers=2).validate()
     folder = grid.cell_dir(tmp_path, config)

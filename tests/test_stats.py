@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddlstudy import stats
+from ddlstudy.analysis import stats
 
 
 def test_median_interval_is_order_statistics_with_honest_coverage() -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from ddlstudy.cluster import Cluster
+from ddlstudy.cluster.engines import Cluster
 from ddlstudy.strategies import (
     HEADER_BYTES,
     STRATEGIES,
@@ -20,7 +20,7 @@ from ddlstudy.strategies import (
     servers_for,
     shard_bounds,
 )
-from ddlstudy.trainer import TrainConfig, TrainResult, train
+from ddlstudy.train.trainer import TrainConfig, TrainResult, train
 
 STEPS = 5
 B = 8  # per-worker batch

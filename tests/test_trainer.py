@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddlstudy.cluster import Cluster
-from ddlstudy.trainer import TrainConfig, train
+from ddlstudy.cluster.engines import Cluster
+from ddlstudy.train.trainer import TrainConfig, train
 
 SUMMARY_REQUIRED = ["strategy", "algorithm", "model", "dataset", "workers", "batch_size",
                     "images_per_sec", "step_time_p50_s", "compute_s", "comm_s",
@@ -125,7 +125,7 @@ def test_synthetic_data_has_no_evaluation(cluster: Cluster) -> None:
 ])
 def test_cli_bad_flags_one_line_exit_2(args: list[str], match: str,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from ddlstudy.train import main
+    from ddlstudy.cli.train import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(args)
@@ -135,11 +135,11 @@ def test_cli_bad_flags_one_line_exit_2(args: list[str], match: str,
 
 
 def test_cli_bad_flag_in_a_real_process_has_no_traceback(repo_root: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ddlstudy.train", "--model", "resnet9000"],
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.cli.train", "--model", "resnet9000"],
                           capture_output=True, text=True, timeout=120, cwd=repo_root,
                           env=_env(repo_root))
     assert proc.returncode == 2
-    from ddlstudy.workloads import MODELS
+    from ddlstudy.workload.catalog import MODELS
 
     assert proc.stderr.strip() == ("python -m ddlstudy.train: error: argument --model: unknown "
                                    f"model 'resnet9000'; valid: {', '.join(MODELS)} (see --help)")
@@ -149,7 +149,7 @@ def test_cli_bad_flag_in_a_real_process_has_no_traceback(repo_root: Path) -> Non
 def test_cli_end_to_end(repo_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "digits",
+        [sys.executable, "-m", "ddlstudy.cli.train", "--model", "mlp", "--dataset", "digits",
          "--strategy", "allreduce", "--algorithm", "ring", "--workers", "2", "--batch-size", "8",
          "--steps", "3", "--warmup-steps", "1", "--no-eval", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=repo_root, env=_env(repo_root))

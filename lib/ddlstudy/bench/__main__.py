@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = (module.__doc__ or "").strip().split("\n")[0]
         module.add_arguments(sub.add_parser(name, help=summary))
     args = parser.parse_args(argv)
-    from ddlstudy.cluster import Interrupted, handle_signals
+    from ddlstudy.cluster.engines import Interrupted, handle_signals
 
     handle_signals()  # a signal unwinds the benchmark's `with Cluster`, which stops the engines
     try:

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from ddlstudy import collectives as coll
-from ddlstudy import params
-from ddlstudy.cluster import pingpong
+from ddlstudy.cluster.engines import pingpong
+from ddlstudy.config import params
 
 COLUMNS = ["algorithm", "ranks", "size_bytes", "count", "dtype", "op", "time_p50_s", "time_min_s",
            "time_max_s", "algbw_gbps", "busbw_gbps", "wrong", "max_abs_err", "sent_bytes",
@@ -223,8 +223,9 @@ def grid_order(ranks: Sequence[int], counts: Sequence[int], algorithms: Sequence
 
 def repeat_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per (algorithm, ranks, size): median over repeats of each repeat's p50 time, with its
-    order-statistic interval (ddlstudy.stats) and the repeat count; failed rows left out."""
-    from ddlstudy import stats
+    order-statistic interval (ddlstudy.analysis.stats) and the repeat count; failed rows left
+    out."""
+    from ddlstudy.analysis import stats
 
     ok = df[~failed(df)]
     if ok.empty:
@@ -293,8 +294,8 @@ def main(args: argparse.Namespace, cluster: Any = None) -> int:
     """Run the benchmark; `cluster`: an already started Cluster to use instead of starting one."""
     from contextlib import nullcontext
 
-    from ddlstudy import records
-    from ddlstudy.cluster import Cluster, ClusterError
+    from ddlstudy.cluster.engines import Cluster, ClusterError
+    from ddlstudy.records import store as records
 
     out = args.out or Path("outputs") / f"collectives-{dt.datetime.now():%Y%m%d-%H%M%S}"
     try:

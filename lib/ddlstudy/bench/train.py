@@ -15,9 +15,11 @@ under OUT/<variant>-<repeat>/, and meta.json.
     python -m ddlstudy.bench train --model resnet50 --workers 4 --variants horovod,ddp \\
         --network 10GbE --compute replay --replay-source gpu --steps 4    # Horovod vs DDP
 
-With --network every engine runs in its own namespace on a shaped link (ddlstudy.netem) and
+With --network every engine runs in its own namespace on a shaped link
+(ddlstudy.network.emulated.netem) and
 replayed compute is stretched by 1/scale; the allreduce/ddp ratio then comes with a bootstrap
-interval over the interleaved repeats (ddlstudy.stats), and the goal is met or not only when the
+interval over the interleaved repeats (ddlstudy.analysis.stats), and the goal is met or not only
+when the
 interval says so.
 """
 
@@ -31,13 +33,13 @@ from typing import Any
 
 import pandas as pd
 
-from ddlstudy.train import (
+from ddlstudy.cli.train import (
     add_config_arguments,
     add_network_arguments,
     check_network_args,
     config_from_args,
 )
-from ddlstudy.trainer import TrainConfig
+from ddlstudy.train.trainer import TrainConfig
 
 # variant name -> TrainConfig overrides
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -128,7 +130,7 @@ def pooled_table(results: pd.DataFrame, chunks: pd.DataFrame, workers: dict[str,
 
 def _interval(results: pd.DataFrame, variant: str = "allreduce") -> dict[str, Any]:
     """variant/ddp images/sec with a paired bootstrap interval over the interleaved repeats."""
-    from ddlstudy import stats
+    from ddlstudy.analysis import stats
 
     if not {variant, "ddp"} <= set(results["variant"]):
         return {}
@@ -159,10 +161,10 @@ def interval_text(interval: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from ddlstudy import records
-    from ddlstudy.cluster import ClusterError
-    from ddlstudy.grid import dilation, emulated_cluster
-    from ddlstudy.trainer import train
+    from ddlstudy.cluster.engines import ClusterError
+    from ddlstudy.experiments.grid import dilation, emulated_cluster
+    from ddlstudy.records import store as records
+    from ddlstudy.train.trainer import train
 
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in names if v not in VARIANTS]

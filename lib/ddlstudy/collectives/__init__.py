@@ -30,7 +30,7 @@ from ddlstudy.collectives.registry import (
     register_algorithm,
     unregister_algorithm,
 )
-from ddlstudy.lazy import lazy_getattr
+from ddlstudy.registry import lazy_getattr
 
 _LAZY = {
     "common": ("DEFAULT_TIMEOUT_S", "OPS", "PIPELINE_SEGMENT_BYTES", "Comm", "Traffic", "bounds"),

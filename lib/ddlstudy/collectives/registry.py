@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddlstudy.lazy import Registry, resolve
+from ddlstudy.registry import Registry, resolve
 
 if TYPE_CHECKING:
     import torch

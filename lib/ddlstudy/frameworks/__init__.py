@@ -71,8 +71,8 @@ def missing(strategy: str) -> str | None:
 
 
 def host_ip() -> str:
-    """This engine's address, as ddlstudy.cluster reports it (one implementation, there)."""
-    from ddlstudy.cluster import host_ip as cluster_host_ip
+    """This engine's address, as ddlstudy.cluster.engines reports it (one implementation, there)."""
+    from ddlstudy.cluster.engines import host_ip as cluster_host_ip
 
     return cluster_host_ip()
 

@@ -1,6 +1,6 @@
 """Horovod (torch frontend, Horovod's own gloo ring) as a ddlstudy strategy: `horovod`.
 
-It runs under the ordinary torch trainer (ddlstudy.trainer): same engines, same data shards,
+It runs under the ordinary torch trainer (ddlstudy.train.trainer): same engines, same data shards,
 same records. The trainer's torch.distributed group is used only for its chunk barriers and, here,
 to hand rank 0's rendezvous address to the others; every gradient byte goes through Horovod.
 

@@ -1,4 +1,5 @@
-"""Keras twins of `ddlstudy.models` for the TensorFlow strategies: same layers, same widths.
+"""Keras twins of `ddlstudy.workload.models` for the TensorFlow strategies: same layers, same
+widths.
 
 A TF strategy's gradient volume per step is what PS vs all-reduce is about, so each Keras model
 matches its torch model's trainable parameter count (tests/test_frameworks.py checks within 1 %;
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ddlstudy.models import _VGG_CFG, _is_small, _resolve_shape
+from ddlstudy.workload.models import _VGG_CFG, _is_small, _resolve_shape
 
 
 def _layers() -> Any:

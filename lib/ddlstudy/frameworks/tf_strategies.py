@@ -1,7 +1,7 @@
 """TensorFlow strategies on the ipyparallel engines: tf_allreduce, tf_ps_sync, tf_ps_async.
 
 Each runs TF's own distribution code, one TF task per engine, and writes the same records as the
-torch trainer (ddlstudy.trainer.summarize / write_result: images/sec, step time, the compute /
+torch trainer (ddlstudy.train.trainer.summarize / write_result: images/sec, step time, the compute /
 communication split where TF lets us time it, bytes per step).
 
 - `tf_allreduce`: MultiWorkerMirroredStrategy with CommunicationOptions(implementation=RING);
@@ -29,7 +29,7 @@ random ops keyed by seed, step and shard), never shipped from the driver: shard 
 the same tensor in every strategy and in `reference_sgd`, so runs are comparable weight for
 weight. Other data sets give one line naming the fix.
 
-Addresses: the cluster spec names each engine's own address (ddlstudy.cluster's `host_ip`),
+Addresses: the cluster spec names each engine's own address (ddlstudy.cluster.engines's `host_ip`),
 but TF's gRPC server binds 0.0.0.0 whatever TF_CONFIG says (TF has no option for it), so a
 task listens on every interface of its network namespace. TF catches SIGTERM: the cluster's
 stop kills engines with SIGKILL after a grace period. A process can host one TF server once
@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from ddlstudy.frameworks import TF_PS_STRATEGIES as TF_PS
-from ddlstudy.wire import COUNTER, WireBytes
+from ddlstudy.network.emulated.wire import COUNTER, WireBytes
 
 FIX = "run `make setup` (it installs tensorflow-cpu, pinned in pyproject.toml)"
 
@@ -144,15 +144,15 @@ def _fields(cfg: dict[str, Any]) -> dict[str, Any]:
     """The TrainConfig fields of an engine-side cfg (which also carries e.g. replay_wait_s)."""
     from dataclasses import fields
 
-    from ddlstudy.trainer import TrainConfig
+    from ddlstudy.train.trainer import TrainConfig
 
     names = {f.name for f in fields(TrainConfig)}
     return {k: v for k, v in cfg.items() if k in names}
 
 
 def _shape(cfg: dict[str, Any]) -> tuple[tuple[int, int, int], int]:
-    from ddlstudy.models import _resolve_shape
-    from ddlstudy.trainer import TrainConfig
+    from ddlstudy.train.trainer import TrainConfig
+    from ddlstudy.workload.models import _resolve_shape
 
     in_shape, classes = _resolve_shape(TrainConfig(**_fields(cfg)).input_shape)
     return in_shape, int(cfg.get("num_classes") or classes or 10)
@@ -162,7 +162,7 @@ def _build(cfg: dict[str, Any]) -> Any:
     import keras
 
     from ddlstudy.frameworks.keras_models import build_keras_model
-    from ddlstudy.trainer import TrainConfig
+    from ddlstudy.train.trainer import TrainConfig
 
     keras.utils.set_random_seed(cfg["seed"])
     in_shape, classes = _shape(cfg)
@@ -190,7 +190,7 @@ def engine_setup(cfg: dict[str, Any], spec: dict[str, list[str]],
 
     import torch
 
-    from ddlstudy.cluster import engine_rank
+    from ddlstudy.cluster.engines import engine_rank
 
     job, index = jobs[engine_rank()]
     threads = torch.get_num_threads()
@@ -437,7 +437,7 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from ddlstudy import trainer
+    from ddlstudy.train import trainer
 
     config.validate()
     check_config(config)  # tensorflow itself is imported on the engines only, never here

@@ -13,7 +13,7 @@ its file on first use. Adding a strategy: docs/extending.md.
 
 from __future__ import annotations
 
-from ddlstudy.lazy import lazy_getattr
+from ddlstudy.registry import lazy_getattr
 from ddlstudy.strategies.registry import (
     STRATEGIES,
     StrategySpec,

@@ -122,7 +122,7 @@ class ParameterServer(Strategy):
     def stop_for_dead(self, count: int) -> None:
         """A live worker sends each server `count` STOPs on behalf of workers that died before
         their chunk's STOP (the server counts STOPs, not senders), so its serve loop ends
-        (async PS going on without them: ddlstudy.trainer)."""
+        (async PS going on without them: ddlstudy.train.trainer)."""
         hdrs = [torch.tensor([STOP, v], dtype=torch.int64) for v in self.versions]
         works = [self.dist.isend(hdrs[s], srv, tag=TAG_PUSH_HDR)
                  for s, srv in enumerate(self.layout.server_ranks) for _ in range(count)]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddlstudy.lazy import Registry, resolve
+from ddlstudy.registry import Registry, resolve
 
 if TYPE_CHECKING:
     from torch import nn
@@ -106,7 +106,7 @@ class StrategySpec:
         return resolve(self.factory)(model, **kw)
 
 
-STRATEGIES: Registry[StrategySpec] = Registry("strategy")
+STRATEGIES: Registry[StrategySpec] = Registry("strategy", plugins=("ddlstudy.frameworks",))
 register_strategy = STRATEGIES.register  # add a strategy under its name (once)
 unregister_strategy = STRATEGIES.unregister  # tests and the docs' example clean up toys
 
@@ -168,7 +168,8 @@ def spec_table() -> list[dict[str, Any]]:
 
 
 # The built-in strategies, in the order tables list them; code in one file per family.
-# Horovod and TensorFlow register from ddlstudy.frameworks (imported at the end).
+# Horovod and TensorFlow register from ddlstudy.frameworks, a plugin of STRATEGIES (loaded on
+# the first read: the registry imports nothing above it).
 register_strategy(StrategySpec(
     "single", "ddlstudy.strategies.single:Single", family="single",
     summary="one process, plain SGD: the reference every strategy must reproduce"))
@@ -192,4 +193,3 @@ register_strategy(StrategySpec(
     bytes_source="analytic", step_model="allreduce_step",
     summary="torch DistributedDataParallel: the library reference"))
 
-import ddlstudy.frameworks  # noqa: E402, F401, I001 - registers horovod and tf_*

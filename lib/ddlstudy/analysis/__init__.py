@@ -1,0 +1,1 @@
+"""Analysis: intervals and verdict statistics, units, the step-time (cost) model, figures."""

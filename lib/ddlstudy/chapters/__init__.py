@@ -1,0 +1,1 @@
+"""Chapters: one registry entry per notebook; summaries and chapter-specific helpers."""

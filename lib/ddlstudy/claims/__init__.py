@@ -1,0 +1,1 @@
+"""Claims: the five papers' claims as data and the engine that judges them against records."""

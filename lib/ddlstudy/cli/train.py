@@ -1,0 +1,251 @@
+"""Train one configuration on local ipyparallel engines (or a running profile), Horovod-style.
+
+    python -m ddlstudy.train --model resnet50 --strategy allreduce --algorithm ring \\
+        --workers 4 --batch-size 32 --steps 50 --dataset synthetic --out outputs/train/r50
+
+Starts workers + servers engines (PS strategies need the extra server ranks), prints
+`Iter #k: X img/sec per worker` per chunk of steps under a progress bar and the final
+`Img/sec per worker` / `Total img/sec` lines, and writes steps.csv, summary.csv and meta.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from ddlstudy.collectives.registry import ALGORITHMS
+from ddlstudy.strategies import STRATEGIES
+from ddlstudy.train.trainer import TrainConfig
+from ddlstudy.workload.catalog import DATASETS, MODELS, SHAPES
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags: one `error:` line and exit 2 (argparse would print the usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _one_of(registry: Any, what: str) -> Callable[[str], str]:
+    """An argparse type for a registry's names: a bad one is one line naming the valid ones."""
+    def check(text: str) -> str:
+        if text not in registry:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; valid: "
+                                             f"{', '.join(registry)}")
+        return text
+
+    return check
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig | None = None
+                         ) -> None:
+    """The TrainConfig flags (shared with `python -m ddlstudy.bench train`)."""
+    d = defaults or TrainConfig()
+    a = parser.add_argument
+    # Choices come from the registries (ddlstudy.workload.catalog), read when the parser is built.
+    a("--model", default=d.model, type=_one_of(MODELS, "model"), choices=list(MODELS),
+      metavar="MODEL",
+      help=f"one of {', '.join(MODELS)} (default {d.model})")
+    a("--shape", default=d.shape, type=_one_of(SHAPES, "shape"), choices=list(SHAPES),
+      metavar="SHAPE",
+      help=f"input shape: {', '.join(SHAPES)} (default: the data set's own; synthetic: cifar)")
+    a("--dataset", default=d.dataset, type=_one_of(DATASETS, "dataset"),
+      choices=list(DATASETS), metavar="DATASET",
+      help=f"one of {', '.join(DATASETS)} (default {d.dataset})")
+    a("--data-root", default=d.data_root, help="folder with the data files (make data)")
+    a("--no-verify-data", dest="verify_data", action="store_false", help="load your own "
+      "MNIST/Fashion-MNIST/CIFAR-format files without checking the known checksums")
+    a("--workers", type=int, default=d.workers, help="data-parallel workers")
+    a("--servers", type=int, default=d.servers, help="PS server processes (default 1; "
+      "ps_sharded 2)")
+    a("--batch-size", type=int, default=d.batch_size, help="per worker")
+    a("--steps", type=int, default=d.steps, help="timed steps")
+    a("--warmup-steps", type=int, default=d.warmup_steps, help="untimed steps first")
+    a("--epochs", type=int, default=d.epochs, help="train this many epochs instead of --steps "
+      "(test accuracy after each)")
+    a("--no-eval", dest="eval", action="store_false", help="skip test accuracy")
+    a("--lr", type=float, default=d.lr, help="SGD learning rate (Shi 2019: 1e-4)")
+    a("--momentum", type=float, default=d.momentum)
+    a("--bucket-mb", type=float, default=d.bucket_mb, help="all-reduce / DDP bucket size")
+    a("--overlap", type=_bool, default=d.overlap, help="allreduce: overlap buckets with "
+      "backward (true/false)")
+    a("--dtype", default=d.dtype, choices=["float32", "float64"])
+    a("--seed", type=int, default=d.seed)
+    a("--hidden", type=int, default=None, help="mlp: width of the second hidden layer")
+    a("--profile", default=None, help="connect to a running ipyparallel profile instead of "
+      "starting local engines")
+    a("--timeout", type=float, default=120.0, help="seconds any one communication may block")
+    a("--compute", default=d.compute, choices=["real", "replay"], help="real: forward + "
+      "backward; replay: wait the reference device's time instead (default real)")
+    a("--checkpoint-every", type=int, default=d.checkpoint_every, help="checkpoint every N "
+      "steps into OUT/checkpoints (atomic); a rerun with the same --out resumes from it")
+    a("--fail-worker", type=int, default=d.fail_worker, help="fault injection: this worker "
+      "rank's engine SIGKILLs itself at --fail-at-step; the run recovers (chapter 10)")
+    a("--fail-at-step", type=int, default=d.fail_at_step, help="step (from 0, warm-up "
+      "included) at whose start --fail-worker dies")
+    a("--replay-source", default=d.replay_source, help="with --compute replay: measured (this "
+      "host), gpu (the stored H100 table) or a CSV path (default measured)")
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """--network / --scale: the emulated cluster network (ddlstudy.network.emulated.netem), as in
+    params."""
+    parser.add_argument("--network", default="none", help="none (local engines) or an emulated "
+                        "link profile: 1GbE, 10GbE, 25GbE, IB-EDR (needs root)")
+    parser.add_argument("--scale", type=float, default=None, help="emulated rate = profile rate "
+                        "x scale (default: the profile's calibrated scale, see netem)")
+
+
+def check_network_args(args: argparse.Namespace) -> str | None:
+    """None when --network/--scale/--profile can be honoured here, else the one-line problem."""
+    from ddlstudy.network.emulated import netem
+
+    if args.network == "none":
+        return "--scale applies only with --network" if args.scale is not None else None
+    if args.network not in netem.PROFILES:
+        return (f"unknown --network {args.network!r}; choose none or one of "
+                f"{', '.join(netem.PROFILES)}")
+    if args.scale is not None and not 0 < args.scale <= 1:
+        return f"--scale must be in (0, 1], got {args.scale:g}"
+    if getattr(args, "profile", None):
+        return "--network starts local engines in namespaces; drop --profile"
+    ok, why = netem.available()
+    if not ok:
+        return f"--network {args.network} cannot be emulated here: {why}; run as root or drop " \
+               "--network"
+    return None
+
+
+def check_fault_args(args: argparse.Namespace, config: TrainConfig) -> str | None:
+    """The fault options' one-line refusal before any engine or namespace starts: a sync
+    strategy recovers on fresh engines, which only a local cluster can start."""
+    from ddlstudy.train.trainer import continues_without_dead, fault_tolerant
+
+    remote = args.network != "none" or getattr(args, "profile", None)
+    if not remote or not fault_tolerant(config) or continues_without_dead(config):
+        return None
+    where = f"--network {args.network}" if args.network != "none" else "--profile"
+    return (f"{config.strategy} recovers from a dead worker on fresh engines, which only local "
+            f"engines without an emulated network can start: drop {where}, or --fail-worker / "
+            "--checkpoint-every (ps_async goes on without restarting)")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
+    kw = {"hidden": args.hidden} if getattr(args, "hidden", None) else {}
+    values = dict(model=args.model, shape=args.shape, dataset=args.dataset,
+                  data_root=args.data_root, verify_data=args.verify_data,
+                  workers=args.workers, servers=args.servers,
+                  batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
+                  epochs=args.epochs, eval=args.eval, lr=args.lr, momentum=args.momentum,
+                  bucket_mb=args.bucket_mb, overlap=args.overlap, dtype=args.dtype,
+                  seed=args.seed, model_kwargs=kw, timeout_s=args.timeout,
+                  compute=args.compute, replay_source=args.replay_source,
+                  checkpoint_every=args.checkpoint_every, fail_worker=args.fail_worker,
+                  fail_at_step=args.fail_at_step)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def fault_lines(result: Any) -> list[str]:
+    """What failures cost the run, one line each, then the steps completed."""
+    row = result.row
+    lines = []
+    for f in result.failures.to_dict("records"):
+        how = (f"restarted on fresh engines from the checkpoint at step "
+               f"{int(f['checkpoint_step'])}, {int(f['steps_redone'])} steps redone"
+               if f["action"] == "restart" else
+               f"went on with {int(f['workers_after'])} workers, no step redone")
+        lines.append(f"Failure: rank(s) {f['ranks']} died at step {int(f['step'])}; {how}; "
+                     f"time lost {f['time_lost_s']:.1f} s")
+    if len(result.failures) or result.config.checkpoint_every:
+        lines.append(f"Steps completed: {int(row['steps_completed'])} "
+                     f"({int(row['steps'])} timed) with {int(row['failures'])} failure(s), "
+                     f"{int(row['restarts'])} restart(s), time lost {row['time_lost_s']:.1f} s")
+    return lines
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="python -m ddlstudy.train", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strategy", default="allreduce", choices=list(STRATEGIES),
+                        type=_one_of(STRATEGIES, "strategy"), metavar="STRATEGY",
+                        help=f"one of {', '.join(STRATEGIES)} (default allreduce)")
+    parser.add_argument("--algorithm", default="ring", choices=list(ALGORITHMS),
+                        type=_one_of(ALGORITHMS, "algorithm"), metavar="ALGORITHM",
+                        help=f"allreduce: one of {', '.join(ALGORITHMS)} (default ring)")
+    add_config_arguments(parser)
+    add_network_arguments(parser)
+    parser.add_argument("--out", default=None, help="write steps.csv, summary.csv, meta.json here")
+    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from ddlstudy.cluster.engines import Interrupted, handle_signals
+
+    handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
+    try:
+        config = config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
+        config.validate()
+    except ValueError as err:
+        parser.error(str(err))
+    problem = check_fault_args(args, config) or check_network_args(args)
+    if problem:
+        parser.error(problem)
+    from dataclasses import replace
+
+    from ddlstudy.cluster.engines import ClusterError
+    from ddlstudy.experiments.grid import dilation, emulated_cluster
+    from ddlstudy.train.trainer import train
+
+    print(f"Model: {config.model}  Strategy: {config.label}")
+    print(f"Batch size: {config.batch_size} per worker  Workers: {config.workers}"
+          + (f"  Servers: {config.n_servers}" if config.n_servers else ""))
+    try:
+        # offload on: throughput, not packet counts, is what a training run measures
+        with emulated_cluster(args.network, config.world_size, args.scale, offload_off=False,
+                              profile=args.profile, collective_timeout_s=args.timeout) as cluster:
+            config = replace(config, time_dilation=dilation(cluster, config.compute)).validate()
+            net = cluster.network_info
+            if net:
+                print(f"Network: {net['profile']} x {net['scale']} (emulated), compute "
+                      f"x{config.time_dilation:g}", flush=True)
+            result = train(cluster, config, out_dir=args.out, progress=args.progress,
+                           announce=lambda line: print(line, flush=True), network=net)
+    except (ClusterError, ValueError) as err:
+        print(f"python -m ddlstudy.train: error: {err}", file=sys.stderr)
+        return 2
+    except (TimeoutError, RuntimeError) as err:
+        print(f"python -m ddlstudy.train: run failed: {err}", file=sys.stderr)
+        return 1
+    except Interrupted as err:
+        print(f"interrupted by {err}; engines stopped", file=sys.stderr)
+        return err.exit_code
+    for line in result.horovod_lines():
+        print(line)
+    if len(result.evals):
+        print(f"Test accuracy: {result.row['test_accuracy']:.4f}")
+    for line in fault_lines(result):
+        print(line)
+    if result.out_dir is not None:
+        print(f"Wrote {result.out_dir}/steps.csv, summary.csv, meta.json")
+    return 0
+
+
+if __name__ == "__main__":
+    # Import by name so engines unpickle ddlstudy functions, not copies from __main__.
+    from ddlstudy.cli.train import main as _main
+
+    sys.exit(_main())

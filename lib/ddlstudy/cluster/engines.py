@@ -1,0 +1,883 @@
+"""Engines to run the study on: a local ipyparallel cluster, or a named profile on GPU nodes.
+
+Each engine gets a rank (its position in the sorted engine ids: ids are not ranks, they are never
+reused after a restart), a device (one GPU per engine by local rank when there is one, else CPU)
+and a torch.distributed process group (gloo on CPU, NCCL on GPU) whose timeout bounds every
+collective. `stop()` leaves no engine, nanny or controller behind: what ignores SIGTERM (an engine
+stuck in gloo) is killed after a grace period.
+
+Where it binds: a local cluster's rendezvous is a FileStore in the cluster's own folder (no
+listening socket) and gloo uses loopback (GLOO_SOCKET_IFNAME=lo, 127.0.0.1) unless the engine's
+environment names another interface (the emulated network's veths). On a profile (several nodes)
+rank 0 opens a TCPStore on a port the OS picks (port 0, read back) at the address the user names
+(`master_addr`, or DDLSTUDY_HOST_IP on the engines); torch's store has no authentication and
+listens on every interface, so such clusters belong on a private network.
+
+Orphans: every local cluster writes its owners (this process, and the runner named in
+DDLSTUDY_OWNER_PIDS) and the pids of its controller, nannies and engines to
+`$IPYTHONDIR/ddlstudy-clusters/<id>/pids.json`. `cleanup()` (run when a local cluster starts,
+and by `--cleanup`) stops exactly the clusters one of whose owners is dead.
+
+    python -m ddlstudy.cluster --workers 4 --check
+    python -m ddlstudy.cluster --cleanup
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+DEFAULT_START_TIMEOUT_S = 120.0
+DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
+STOP_GRACE_S = 5.0
+POLL_S = 0.05  # how often the driver looks at pending ranks and engine pids
+OWNER_ENV = "DDLSTUDY_OWNER_PIDS"  # "pid:create_time,..." of runners whose death orphans a cluster
+# A local cluster's engines talk over loopback unless their environment says otherwise.
+LOCAL_ENGINE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "DDLSTUDY_HOST_IP": "127.0.0.1"}
+
+
+class ClusterError(RuntimeError):
+    """A cluster problem the user can fix: the message names it and the fix."""
+
+
+class RankFailed(RuntimeError):
+    """An engine died mid-run: the message names its rank, engine id, pid and host."""
+
+
+# ----------------------------------------------------------------------------- engine side
+# State of this engine process; set by `_engine_setup`, read by library code running there.
+_ENGINE: dict[str, Any] = {}
+
+
+def engine_rank() -> int:
+    return int(_ENGINE.get("rank", 0))
+
+
+def engine_device() -> str:
+    return str(_ENGINE.get("device", "cpu"))
+
+
+def _engine_setup(rank: int, local_rank: int, local_size: int, threads: int | None,
+                  env: dict[str, str], defaults: dict[str, str] | None = None) -> dict[str, Any]:
+    """Once per engine: rank, device, threads, environment (e.g. GLOO_SOCKET_IFNAME).
+
+    `defaults` apply only where the engine's own environment has no value (an engine started in
+    a namespace keeps the interface its launcher gave it)."""
+    for key, value in (defaults or {}).items():
+        os.environ.setdefault(key, value)
+    os.environ.update(env)
+    import torch
+
+    if torch.cuda.is_available():
+        device = f"cuda:{local_rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
+    else:
+        device = "cpu"
+        # N engines share the cores: one core's worth each, so they do not oversubscribe.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        torch.set_num_threads(threads or max(1, (cores or 1) // max(1, local_size)))
+    _ENGINE.update(rank=rank, local_rank=local_rank, device=device)
+    return _engine_info()
+
+
+def _engine_info() -> dict[str, Any]:
+    import torch
+
+    device = engine_device()
+    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+    return {
+        "rank": engine_rank(), "local_rank": _ENGINE.get("local_rank", 0),
+        "host": socket.gethostname(), "ip": host_ip(), "pid": os.getpid(),
+        "device": device, "device_name": name, "threads": torch.get_num_threads(),
+    }
+
+
+def host_ip() -> str:
+    """The address other nodes reach this one on: DDLSTUDY_HOST_IP (a local cluster's engines set
+    127.0.0.1), else the NIC the route to a public address picks. Frameworks name it too."""
+    iface = os.environ.get("DDLSTUDY_HOST_IP")
+    if iface:
+        return iface
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def _engine_master(addr: str | None, world_size: int, timeout_s: float) -> tuple[str, int]:
+    """Rank 0 opens the TCPStore itself on a port the OS picks (no bind-close-reuse race)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    host = addr or host_ip()
+    store = dist.TCPStore(host, 0, world_size, True, timeout=dt.timedelta(seconds=timeout_s),
+                          wait_for_workers=False)
+    _ENGINE["store"] = store
+    return host, int(store.port)
+
+
+def _engine_init_group(init_method: str, rank: int, world_size: int, backend: str,
+                       timeout_s: float) -> str:
+    """Join the process group: by a file store (local) or rank 0's TCPStore (profile)."""
+    import torch.distributed as dist
+
+    store = _ENGINE.pop("store", None)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if rank >= world_size:
+        return "idle"
+    timeout = dt.timedelta(seconds=timeout_s)
+    if store is not None and rank == 0:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank,
+                                world_size=world_size, timeout=timeout)
+    _ENGINE["world_size"] = world_size
+    return backend
+
+
+def _engine_destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def pingpong(sizes: Sequence[int], iters: int = 10, warmup: int = 2,
+             peers: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Rank 0 bounces a message off each peer; one-way time = round trip / 2 (median).
+
+    Runs on every rank of the process group at once (rank r answers only when it is r's turn);
+    rank 0 returns the rows, the others an empty list. Blocking send/recv are bounded by the
+    process group's timeout.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = engine_device()
+    rows = []
+    for peer in peers or range(1, world):
+        for size in sizes:
+            buf = torch.empty(max(1, size), dtype=torch.uint8, device=device)
+            times = []
+            for i in range(warmup + iters):
+                if rank == 0:
+                    t0 = time.perf_counter()
+                    dist.send(buf, peer)
+                    dist.recv(buf, peer)
+                    if i >= warmup:
+                        times.append((time.perf_counter() - t0) / 2)
+                elif rank == peer:
+                    dist.recv(buf, 0)
+                    dist.send(buf, 0)
+            if rank == 0:
+                one_way = sorted(times)[len(times) // 2]
+                rows.append({"peer": peer, "size_bytes": buf.numel(),
+                             "latency_us": one_way * 1e6, "time_p50_s": one_way,
+                             "time_min_s": min(times), "time_max_s": max(times),
+                             "bandwidth_gbps": buf.numel() / one_way / 1e9})
+        dist.barrier()
+    return rows
+
+
+# ----------------------------------------------------------------------------- driver side
+def project_ipythondir() -> Path:
+    """Cluster files live inside the project so `ipcluster stop` (and we) can find them."""
+    from ddlstudy.records.store import project_root
+
+    return project_root() / ".ipython"
+
+
+def _ensure_ipythondir() -> str:
+    path = os.environ.get("IPYTHONDIR") or str(project_ipythondir())
+    Path(path).mkdir(parents=True, exist_ok=True)
+    os.environ["IPYTHONDIR"] = path
+    return path
+
+
+def _reraise(err: BaseException, rank: int) -> None:
+    """Turn an engine's RemoteError back into the exception a user expects, naming the rank."""
+    ename = getattr(err, "ename", None)
+    evalue = getattr(err, "evalue", str(err))
+    exc_type = getattr(builtins, ename or "", None)
+    if isinstance(exc_type, type) and issubclass(exc_type, Exception):
+        raise exc_type(f"rank {rank}: {evalue}") from None
+    raise ClusterError(f"rank {rank}: {ename}: {evalue}") from None
+
+
+class Cluster:
+    """A set of ranked engines with a torch.distributed process group.
+
+    workers: engines to start locally (ignored with `profile`, which connects to a running
+    ipyparallel cluster, e.g. one started on GPU nodes with `ipcluster start --profile=slurm`).
+    """
+
+    def __init__(self, workers: int = 2, profile: str | None = None, *,
+                 start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+                 collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
+                 threads_per_engine: int | None = None, engine_env: dict[str, str] | None = None,
+                 engine_env_per_rank: Sequence[dict[str, str]] | None = None,
+                 master_addr: str | None = None, **cluster_kwargs: Any) -> None:
+        if profile is None and (not isinstance(workers, int) or workers < 1):
+            raise ClusterError(f"workers must be a positive integer, got {workers!r}: pass "
+                               "--workers 2 (or more)")
+        for name, value in (("start_timeout_s", start_timeout_s),
+                            ("collective_timeout_s", collective_timeout_s)):
+            if not 0 < value <= 86_400:  # timedelta overflows on 1e300; a day is plenty
+                raise ClusterError(f"{name} must be in (0, 86400] seconds, got {value:g}")
+        self.workers = workers
+        self.profile = profile
+        self.start_timeout_s = start_timeout_s
+        self.collective_timeout_s = collective_timeout_s
+        self.threads_per_engine = threads_per_engine
+        self.engine_env = dict(engine_env or {})
+        self.engine_env_per_rank = list(engine_env_per_rank or [])
+        self.cluster_kwargs = cluster_kwargs
+        self._cluster: Any = None
+        self.client: Any = None
+        self.engine_ids: list[int] = []
+        self.infos: list[dict[str, Any]] = []
+        self.world_size = 0
+        self._pids: set[int] = set()
+        self.master_addr = master_addr  # profile clusters: where rank 0's TCPStore listens
+        self.run_dir: Path | None = None  # local clusters: pids.json and the rendezvous files
+        # The network the engines talk over, set by whoever started them in one
+        # (grid.emulated_cluster): what the records say (train(network=...) overrides it), and
+        # the EmulatedNetwork to stop. None: the host's own interfaces, unshaped.
+        self.network_info: dict[str, Any] | None = None
+        self.emulated_network: Any = None
+        self._groups = 0
+
+    # -- lifecycle
+    def start(self) -> Cluster:
+        import ipyparallel as ipp
+
+        _ensure_ipythondir()
+        if self.profile:
+            try:
+                self.client = ipp.Client(profile=self.profile, timeout=self.start_timeout_s)
+            except (OSError, ValueError, TimeoutError) as err:
+                raise ClusterError(
+                    f"cannot connect to ipyparallel profile {self.profile!r} ({err}): start it "
+                    f"first with `ipcluster start --profile={self.profile} -n N`") from None
+            if self.workers and len(self.client.ids) < self.workers:
+                self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
+                                             interactive=False)
+        else:
+            cores = os.cpu_count() or 1
+            if self.workers > 8 * cores:
+                raise ClusterError(f"{self.workers} workers on {cores} cores would thrash: use at "
+                                   f"most {8 * cores} here, or a cluster profile")
+            stopped = cleanup()
+            if stopped:
+                log.warning("stopped %d processes left by clusters whose owner died", stopped)
+            self.run_dir = clusters_dir() / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.run_dir.mkdir(parents=True)
+            self._cluster = ipp.Cluster(n=self.workers, log_level=logging.ERROR,
+                                        **self.cluster_kwargs)
+            try:
+                with defer_signals():  # a signal mid-start must not lose the controller's pid
+                    self._cluster.start_controller_sync()
+                    self._write_pids()
+                self._cluster.start_engines_sync()
+                self._write_pids()
+                self.client = self._cluster.connect_client_sync()
+                self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
+                                             interactive=False)
+            except BaseException:
+                self.stop()
+                raise
+        self.engine_ids = sorted(self.client.ids)
+        if self.profile and self.workers:
+            self.engine_ids = self.engine_ids[: self.workers]
+        try:
+            self._setup_engines()
+        except BaseException:
+            self.stop()
+            raise
+        self._write_pids()
+        return self
+
+    def _write_pids(self) -> None:
+        """Owners and every process of this cluster, for `cleanup()` after its owner dies."""
+        if self.run_dir is None:
+            return
+        self._pids.update(self._local_cluster_pids())
+        record = {"owners": _owners(), "checkout": str(project_ipythondir().parent),
+                  "created": time.time(), "pids": _stamped(self._pids),
+                  "rank_pids": [info["pid"] for info in self.infos]}
+        _write_json_atomic(self.run_dir / "pids.json", record)
+
+    def _setup_engines(self) -> None:
+        hosts = self.client[self.engine_ids].apply_async(socket.gethostname).get(
+            timeout=self.start_timeout_s)
+        per_host: dict[str, int] = {}
+        local_ranks = []
+        for host in hosts:
+            local_ranks.append(per_host.get(host, 0))
+            per_host[host] = per_host.get(host, 0) + 1
+        pending = []
+        for rank, eid in enumerate(self.engine_ids):
+            env = dict(self.engine_env)
+            if rank < len(self.engine_env_per_rank):
+                env.update(self.engine_env_per_rank[rank])
+            pending.append(self.client[eid].apply_async(
+                _engine_setup, rank, local_ranks[rank], per_host[hosts[rank]],
+                self.threads_per_engine, env,
+                LOCAL_ENGINE_ENV if self._cluster is not None else None))
+        self.infos = self._wait_all(pending, self.start_timeout_s)
+        self._pids.update(info["pid"] for info in self.infos
+                          if info["host"] == socket.gethostname())
+        self._pids.update(self._local_cluster_pids())
+
+    def _local_cluster_pids(self) -> set[int]:
+        """Controller, nannies and engines started for this cluster (not a connected profile's)."""
+        if self._cluster is None:
+            return set()
+        pids = set()
+        for launcher in [self._cluster.controller, *self._cluster.engines.values()]:
+            for proc in [launcher, *getattr(launcher, "launchers", {}).values()]:
+                pid = getattr(proc, "pid", None)
+                if isinstance(pid, int) and pid > 0:
+                    pids.add(pid)
+        found = set()
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                found.add(pid)
+                found.update(c.pid for c in proc.children(recursive=True))
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    def _engine_set_pids(self) -> set[int]:
+        """The engine launchers' processes (nannies, engines), not the controller's."""
+        found: set[int] = set()
+        for launcher in self._cluster.engines.values() if self._cluster is not None else []:
+            for proc in [launcher, *getattr(launcher, "launchers", {}).values()]:
+                pid = getattr(proc, "pid", None)
+                if not isinstance(pid, int) or pid <= 0:
+                    continue
+                try:
+                    found.add(pid)
+                    found.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+                except psutil.NoSuchProcess:
+                    continue
+        return found
+
+    def stop(self) -> None:
+        """Stop engines and controller; SIGKILL whatever is still alive after a grace period.
+        Signals wait until it is done (a second Ctrl-C must not orphan half the cluster)."""
+        with defer_signals():
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._cluster is not None:
+            self._pids.update(self._local_cluster_pids())
+        if self.client is not None and self.engine_ids and self._cluster is None:
+            try:  # a connected profile stays up; only our process groups go
+                self.client[self.engine_ids].apply_async(_engine_destroy_group).get(timeout=10)
+            except Exception as err:  # noqa: BLE001 - best effort on the way out
+                log.warning("could not destroy process groups on profile engines: %s", err)
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self._cluster is not None:
+            try:
+                self._cluster.stop_cluster_sync()
+            except Exception as err:  # noqa: BLE001 - we kill below what did not stop
+                log.warning("ipcluster stop failed (%s); killing its processes", err)
+            self._cluster = None
+        kill_after_grace(self._pids, STOP_GRACE_S)
+        self._pids.clear()
+        self.world_size = 0
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- work
+    @property
+    def size(self) -> int:
+        return len(self.engine_ids)
+
+    def info(self) -> list[dict[str, Any]]:
+        return list(self.infos)
+
+    def init_process_group(self, world_size: int | None = None, backend: str | None = None,
+                           timeout_s: float | None = None) -> None:
+        """A process group over ranks 0..world_size-1 (the previous group, if any, is destroyed)."""
+        world_size = world_size or self.size
+        if not 1 <= world_size <= self.size:
+            raise ClusterError(f"world_size {world_size} needs {world_size} engines but the "
+                               f"cluster has {self.size}: start it with --workers {world_size}")
+        if backend is None:
+            backend = "nccl" if self.infos[0]["device"].startswith("cuda") else "gloo"
+        timeout_s = timeout_s or self.collective_timeout_s
+        self._groups += 1
+        if self.run_dir is not None:  # local: a file store, nothing listens
+            init_method = f"file://{self.run_dir / f'store-{self._groups}'}"
+        else:
+            master, port = self._get(self.client[self.engine_ids[0]].apply_async(
+                _engine_master, self.master_addr, world_size, timeout_s), 0, 30)
+            init_method = f"tcp://{master}:{port}"
+        pending = [self.client[eid].apply_async(_engine_init_group, init_method, rank,
+                                                world_size, backend, timeout_s)
+                   for rank, eid in enumerate(self.engine_ids)]
+        self._wait_all(pending, timeout_s + 30)
+        self.world_size = world_size
+
+    def run(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+            timeout: float | None = None, **kwargs: Any) -> list[Any]:
+        """Call fn on ranks 0..world_size-1 at once; results in rank order.
+
+        fn must be importable on the engines (a function of an installed module) or defined in
+        a notebook with its imports inside it.
+        """
+        world_size = world_size or self.world_size or self.size
+        timeout = timeout or self.collective_timeout_s + 30
+        pending = [self.client[eid].apply_async(fn, *args, **kwargs)
+                   for eid in self.engine_ids[:world_size]]
+        return self._wait_all(pending, timeout)
+
+    def _wait_all(self, pending: list[Any], timeout: float,
+                  ignore: Sequence[int] = ()) -> list[Any]:
+        """Wait on every rank at once; the first failure (an engine's error, a dead engine, or
+        the timeout) is raised at once, naming the rank and its engine, not after rank 0.
+        Ranks in `ignore` (known dead) are not waited on; their result is None."""
+        deadline = time.monotonic() + timeout
+        results: dict[int, Any] = {r: None for r in ignore if r < len(pending)}
+        while len(results) < len(pending):
+            dead = self._dead_rank(len(pending), ignore)
+            if dead is not None:
+                raise RankFailed(dead)
+            for rank, p in enumerate(pending):
+                if rank not in results and p.ready():
+                    results[rank] = self._get(p, rank, 1)
+            if len(results) < len(pending):
+                if time.monotonic() > deadline:
+                    late = [r for r in range(len(pending)) if r not in results]
+                    raise TimeoutError(
+                        f"rank {late[0]} ({self._engine_name(late[0])}) did not answer within "
+                        f"{timeout:.0f} s (still waiting: ranks {late}): a collective may be "
+                        "stuck; stop the cluster and check the other ranks' errors")
+                time.sleep(POLL_S)
+        return [results[r] for r in range(len(pending))]
+
+    def _engine_name(self, rank: int) -> str:
+        info = self.infos[rank] if rank < len(self.infos) else {}
+        eid = self.engine_ids[rank] if rank < len(self.engine_ids) else "?"
+        return f"engine {eid}, pid {info.get('pid', '?')} on {info.get('host', '?')}"
+
+    def _dead_rank(self, world: int, ignore: Sequence[int] = ()) -> str | None:
+        """One line naming the first rank (of 0..world-1, not in `ignore`) whose engine process
+        on this host is gone, or None."""
+        here = socket.gethostname()
+        for rank, info in enumerate(self.infos[:world]):
+            if rank in ignore or info.get("host") != here or _alive(int(info["pid"])):
+                continue
+            return (f"rank {rank} ({self._engine_name(rank)}) died; its peers are stopped with "
+                    "the cluster")
+        return None
+
+    def submit(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+               **kwargs: Any) -> list[Any]:
+        """Start fn on ranks 0..world_size-1; `wait` collects (a fault-tolerant `run`)."""
+        world_size = world_size or self.world_size or self.size
+        return [self.client[eid].apply_async(fn, *args, **kwargs)
+                for eid in self.engine_ids[:world_size]]
+
+    def wait(self, pending: list[Any], timeout: float, ignore: Sequence[int] = ()) -> list[Any]:
+        """Results of `submit` in rank order (None for ranks in `ignore`); RankFailed names a
+        rank that died meanwhile."""
+        return self._wait_all(pending, timeout, ignore)
+
+    def dead_ranks(self, world: int | None = None) -> list[int]:
+        """Ranks (of 0..world-1) whose engine process on this host is gone."""
+        here = socket.gethostname()
+        return [r for r, info in enumerate(self.infos[:world or len(self.infos)])
+                if info.get("host") == here and not _alive(int(info["pid"]))]
+
+    def drop_ranks(self, ranks: Sequence[int]) -> None:
+        """Forget dead engines: the survivors keep their order and are renumbered 0..n-1 (the
+        next `init_process_group` forms a group of them; Horovod elastic's re-formed ring)."""
+        gone = set(ranks)
+        self.engine_ids = [e for r, e in enumerate(self.engine_ids) if r not in gone]
+        self.infos = [dict(info, rank=r) for r, info in
+                      enumerate(i for q, i in enumerate(self.infos) if q not in gone)]
+        self.world_size = 0
+        self._write_pids()
+
+    @property
+    def can_restart(self) -> bool:
+        """Local clusters can be restarted on fresh engines; a connected profile cannot."""
+        return self.profile is None and getattr(self, "emulated_network", None) is None
+
+    def restart(self) -> None:
+        """Replace every engine by a fresh one, same settings, keeping the controller: what
+        torchelastic does when a worker of the group fails. The old engines (survivors stuck in
+        gloo too) are SIGKILLed at once: they hold nothing a restart from a checkpoint needs,
+        and SIGTERM + grace took 22 s on a loaded 2-core host."""
+        if not self.can_restart or self._cluster is None:
+            raise ClusterError("only a local cluster without an emulated network can be "
+                               "restarted on fresh engines")
+        old_ids = set(self.client.ids)
+        with defer_signals():
+            self._pids.update(self._local_cluster_pids())
+            kill_after_grace({int(i["pid"]) for i in self.infos} | self._engine_set_pids(), 0.0)
+            self._cluster.stop_engines_sync()
+            self._cluster.start_engines_sync()
+            self._write_pids()
+        deadline = time.monotonic() + self.start_timeout_s
+        while len(set(self.client.ids) - old_ids) < self.workers:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"fresh engines did not register within "
+                                   f"{self.start_timeout_s:g} s")
+            time.sleep(POLL_S)
+        self.engine_ids = sorted(set(self.client.ids) - old_ids)[: self.workers]
+        self.infos, self.world_size = [], 0  # the dead ranks' pids must not fail the setup
+        self._setup_engines()
+        self._write_pids()
+
+    def run_ranks(self, ranks: Sequence[int], fn: Callable[..., Any], *args: Any,
+                  timeout: float | None = None, **kwargs: Any) -> list[Any]:
+        """fn on the given ranks at once (any subset, e.g. a monitor's); results in that order."""
+        timeout = timeout or self.collective_timeout_s + 30
+        pending = [(r, self.client[self.engine_ids[r]].apply_async(fn, *args, **kwargs))
+                   for r in ranks]
+        return [self._get(p, r, timeout) for r, p in pending]
+
+    def run_rank(self, rank: int, fn: Callable[..., Any], *args: Any,
+                 timeout: float | None = None, **kwargs: Any) -> Any:
+        return self._get(self.client[self.engine_ids[rank]].apply_async(fn, *args, **kwargs),
+                         rank, timeout or self.collective_timeout_s + 30)
+
+    def _get(self, pending: Any, rank: int, timeout: float) -> Any:
+        import ipyparallel as ipp
+
+        try:
+            return pending.get(timeout=timeout)
+        except ipp.error.TimeoutError:
+            raise TimeoutError(f"rank {rank} did not answer within {timeout:.0f} s: a collective "
+                               "may be stuck; stop the cluster and check the other ranks' errors"
+                               ) from None
+        except ipp.error.EngineError as err:
+            raise RankFailed(f"rank {rank} ({self._engine_name(rank)}) died: {err}") from None
+        except ipp.error.RemoteError as err:
+            _reraise(err, rank)
+
+
+def kill_after_grace(pids: set[int], grace_s: float) -> list[int]:
+    """SIGTERM, wait, then SIGKILL: engines stuck in gloo and TF servers ignore SIGTERM."""
+    procs = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if pid != os.getpid():
+                procs.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs(alive, timeout=grace_s)
+    return [p.pid for p in alive]
+
+
+# ----------------------------------------------------------------------------- signals
+class Interrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM/SIGHUP as an exception, so `with Cluster(...)` blocks unwind and stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    # Once: the stop this starts is bounded (kill_after_grace), and a repeated signal (a
+    # supervisor's second SIGTERM, a second Ctrl-C) raised again mid-unwind would land in some
+    # finally or except block and turn the CLI's one line into a traceback.
+    for sig in HANDLED_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _raise_interrupted_quietly(signum: int, frame: Any) -> None:
+    logging.disable(logging.CRITICAL)  # libraries' logs of the unwinding would bury the line
+    _raise_interrupted(signum, frame)
+
+
+def handle_signals(quiet: bool = False) -> None:
+    """CLIs call this first: the first SIGINT/SIGTERM/SIGHUP raises Interrupted in the main
+    thread (later ones are ignored: the stop is under way); the CLI stops its cluster, prints
+    one line and exits 128 + the signal number.
+    quiet: also silence logging from then on (e.g. asyncio's 'Task exception was never
+    retrieved' after papermill's kernel dies)."""
+    for sig in HANDLED_SIGNALS:
+        signal.signal(sig, _raise_interrupted_quietly if quiet else _raise_interrupted)
+
+
+@contextmanager
+def defer_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP while a start or stop must finish; deliver them after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+    for sig in HANDLED_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if got:
+            os.kill(os.getpid(), got[0])
+
+
+# ----------------------------------------------------------------------------- orphans
+def clusters_dir(ipythondir: str | None = None) -> Path:
+    """Where local clusters keep their pids.json, one folder each."""
+    return Path(ipythondir or _ensure_ipythondir()) / "ddlstudy-clusters"
+
+
+def _stamp(pid: int) -> dict[str, Any] | None:
+    try:
+        return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _stamped(pids: set[int]) -> list[dict[str, Any]]:
+    return [st for st in (_stamp(p) for p in sorted(pids)) if st is not None]
+
+
+def _owners() -> list[dict[str, Any]]:
+    """This process, and the runners named in DDLSTUDY_OWNER_PIDS (e.g. the report runner a
+    notebook kernel runs under): if any of them dies, the cluster is an orphan."""
+    owners = [_stamp(os.getpid())]
+    for item in os.environ.get(OWNER_ENV, "").split(","):
+        pid, _, created = item.partition(":")
+        if pid.isdigit():
+            owners.append({"pid": int(pid), "create_time": float(created or 0)})
+    return [o for o in owners if o is not None]
+
+
+def owner_env() -> dict[str, str]:
+    """DDLSTUDY_OWNER_PIDS for children (kernels) whose clusters must die with this process."""
+    mine = _stamp(os.getpid()) or {"pid": os.getpid(), "create_time": 0}
+    items = [x for x in os.environ.get(OWNER_ENV, "").split(",") if x]
+    items.append(f"{mine['pid']}:{mine['create_time']}")
+    return {OWNER_ENV: ",".join(items)}
+
+
+def _matches(stamp: dict[str, Any]) -> psutil.Process | None:
+    """The process of a recorded stamp if it still runs (same pid AND start time), else None."""
+    try:
+        proc = psutil.Process(int(stamp["pid"]))
+        same = abs(proc.create_time() - float(stamp.get("create_time") or 0)) < 0.01
+        alive = proc.status() != psutil.STATUS_ZOMBIE
+        return proc if same and alive else None
+    except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _write_json_atomic(path: Path, record: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+def orphaned_clusters(ipythondir: str | None = None) -> tuple[list[Path], list[Path]]:
+    """(orphans, live): cluster folders one of whose owners is dead, and the others."""
+    orphans, live = [], []
+    root = clusters_dir(ipythondir)
+    for folder in sorted(root.glob("*")) if root.is_dir() else []:
+        try:
+            record = json.loads((folder / "pids.json").read_text())
+            owners = record["owners"]
+        except (OSError, ValueError, KeyError, TypeError):
+            # no or partial pids.json: a cluster starting now, or one killed before writing;
+            # its folder name starts with the owner's pid
+            pid = folder.name.split("-")[0]
+            if pid.isdigit() and _alive(int(pid)):
+                live.append(folder)
+            else:
+                orphans.append(folder)
+            continue
+        (live if all(_matches(o) for o in owners) else orphans).append(folder)
+    return orphans, live
+
+
+def cleanup(ipythondir: str | None = None) -> int:
+    """Stop exactly the processes of clusters whose owner died (never a live run's, never
+    this process or its ancestors); returns how many processes were stopped."""
+    orphans, _ = orphaned_clusters(ipythondir)
+    protected = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    stopped = 0
+    for folder in orphans:
+        try:
+            record = json.loads((folder / "pids.json").read_text())
+            stamps = [*record.get("pids", []), *record.get("owners", [])]
+        except (OSError, ValueError, TypeError):
+            stamps = []
+        procs = {proc.pid for st in stamps if (proc := _matches(st)) is not None}
+        procs -= protected
+        kill_after_grace(procs, STOP_GRACE_S)
+        stopped += len(procs)
+        shutil.rmtree(folder, ignore_errors=True)
+    return stopped
+
+
+def leftover_processes(ipythondir: str | None = None) -> list[psutil.Process]:
+    """ipyparallel processes started with this project's IPYTHONDIR (ours, and only ours)."""
+    target = ipythondir or os.environ.get("IPYTHONDIR") or str(project_ipythondir())
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if "ipyparallel" not in cmd and "ipengine" not in cmd and "ipcontroller" not in cmd:
+            continue
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get("IPYTHONDIR") == target:
+                found.append(proc)
+        except (psutil.AccessDenied, psutil.NoSuchProcess):
+            continue
+    return found
+
+
+def stop_all(ipythondir: str | None = None) -> int:
+    """Every engine/controller of this project's IPYTHONDIR, live runs' too (`--force`)."""
+    procs = leftover_processes(ipythondir)
+    kill_after_grace({p.pid for p in procs}, STOP_GRACE_S)
+    root = clusters_dir(ipythondir)
+    if root.is_dir():
+        shutil.rmtree(root, ignore_errors=True)
+    return len(procs)
+
+
+# ----------------------------------------------------------------------------- CLI
+DEFAULT_CHECK_SIZES = [8, 1024, 64 * 1024, 1 << 20, 16 << 20]
+
+
+def format_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) if rows else len(c)
+              for c in columns}
+    lines = ["  ".join(c.rjust(widths[c]) for c in columns)]
+    lines += ["  ".join(_fmt(r[c]).rjust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 1e5 else f"{value:.3g}"
+    return str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.cluster", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2, help="local engines to start")
+    parser.add_argument("--profile", help="connect to a running ipyparallel profile instead")
+    parser.add_argument("--check", action="store_true",
+                        help="print ranks/hosts/devices and a ping-pong latency/bandwidth table")
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_CHECK_SIZES)),
+                        help="ping-pong message sizes in bytes, comma-separated")
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--cleanup", action="store_true",
+                        help="stop the clusters of this checkout whose owner process died")
+    parser.add_argument("--stop-all", action="store_true",
+                        help="--cleanup, and with --force also every live run's engines")
+    parser.add_argument("--force", action="store_true",
+                        help="with --stop-all: stop live runs' clusters too")
+    args = parser.parse_args(argv)
+    if args.cleanup or args.stop_all:
+        return _cleanup_cli(args.stop_all and args.force)
+    handle_signals()
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        with Cluster(workers=args.workers, profile=args.profile) as cluster:
+            print(format_table(cluster.info(), ["rank", "host", "pid", "device", "device_name",
+                                                "threads"]))
+            if args.check and cluster.size > 1:
+                cluster.init_process_group()
+                rows = cluster.run(pingpong, sizes, args.iters)[0]
+                print(f"\nping-pong rank 0 <-> peer (one-way, median of {args.iters}):")
+                print(format_table(rows, ["peer", "size_bytes", "latency_us", "bandwidth_gbps"]))
+    except (ClusterError, ValueError, TimeoutError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except Interrupted as err:
+        print(f"interrupted by {err}; engines stopped", file=sys.stderr)
+        return err.exit_code
+    return 0
+
+
+def _cleanup_cli(force: bool) -> int:
+    if force:
+        print(f"stopped {stop_all()} ipyparallel processes of this checkout (live runs too)")
+        return 0
+    stopped = cleanup()
+    _, live = orphaned_clusters()
+    print(f"stopped {stopped} processes of clusters whose owner died"
+          + (f"; {len(live)} cluster(s) of live runs left running (add --stop-all --force to "
+             "stop them too)" if live else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    # Import by name so engines unpickle ddlstudy.cluster.engines functions, not copies from
+    # __main__.
+    from ddlstudy.cluster.engines import main as _main
+
+    sys.exit(_main())

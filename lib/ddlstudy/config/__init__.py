@@ -1,0 +1,1 @@
+"""Config: the parameter schema, defaults and bounds; the bounded YAML reader."""

@@ -1,0 +1,813 @@
+"""Study parameters: layered YAML files, validated in one place, where every default lives.
+
+Files layer like papermill's `-f`: later files override earlier ones key by key (mappings merge,
+lists and scalars replace). A bad key, type or value stops with one line naming the file, the key
+and the fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from ddlstudy.collectives.registry import ALGORITHMS
+from ddlstudy.chapters.registry import CHAPTER_NAMES
+from ddlstudy.network.profiles import PROFILES
+from ddlstudy.registry import LiveNames
+from ddlstudy.strategies.registry import STRATEGIES, get_strategy, servers_for
+from ddlstudy.workload.catalog import DATASETS as DATASET_SPECS
+from ddlstudy.workload.catalog import MODELS as MODEL_SPECS
+from ddlstudy.workload.catalog import SHAPES, file_datasets, real_datasets
+
+# Names come from the registries, live (ddlstudy.registry.LiveNames): never a copy of them.
+MODEL_NAMES = LiveNames(lambda: MODEL_SPECS)
+ALGORITHM_NAMES = LiveNames(lambda: ALGORITHMS)
+STRATEGY_NAMES = LiveNames(lambda: STRATEGIES)
+# Strategies ddlstudy implements itself (torch optimizer on the engines; not Horovod / TF).
+LOCAL_STRATEGY_NAMES = LiveNames(lambda: (s.name for s in STRATEGIES.values() if not s.framework))
+DATASETS = LiveNames(lambda: DATASET_SPECS)
+REAL_DATASETS = LiveNames(real_datasets)
+FILE_DATASETS = LiveNames(file_datasets)
+SHAPE_NAMES = LiveNames(lambda: SHAPES)
+NETWORKS = LiveNames(lambda: ("none", *PROFILES))
+# The chapters, from the one chapter registry (ddlstudy.chapters.registry): a live view.
+CHAPTERS = CHAPTER_NAMES
+
+# Input limits: a params file is a few KB; these stop a small file allocating gigabytes.
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 100_000  # YAML nodes after alias expansion (an alias bomb multiplies them)
+MAX_DEPTH = 32  # mapping/list nesting
+MAX_LINE = 300  # characters of an error line
+MAX_TIMEOUT_S = 86_400.0  # a day
+RUN_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"  # a plain name: no separators, no . or ..
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
+
+
+class ParamsError(ValueError):
+    """One line: which file, which key, what is wrong, how to fix it."""
+
+
+def parse_size(value: int | str) -> int:
+    """'64M' -> 67108864 (K/M/G are powers of 1024, as nccl-tests' -b/-e)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size; write e.g. 8, 8K, 64M or 1G")
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is not a size; write e.g. 8, 8K, 64M or 1G")
+    number, unit = float(m.group(1)), (m.group(2) or "B").upper()[:1]
+    return int(number * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
+
+
+def _worker_counts(v: list[int]) -> list[int]:
+    if not v or any(w < 1 or w > 64 for w in v):
+        raise ValueError("each worker count must be 1..64, e.g. [1, 2, 4]")
+    return v
+
+
+def _one_algorithm(v: str) -> str:
+    return _known([v], ALGORITHM_NAMES, "algorithm")[0]
+
+
+def _model_names(v: list[str]) -> list[str]:
+    return _known(v, MODEL_NAMES, "model")
+
+
+def _one_model(v: str) -> str:
+    return _known([v], MODEL_NAMES, "model")[0]
+
+
+def _one_shape(v: str) -> str:
+    return _known([v], SHAPE_NAMES, "input shape")[0]
+
+
+def _one_dataset(v: str) -> str:
+    return _known([v], DATASETS, "dataset")[0]
+
+
+def _one_real_dataset(v: str) -> str:
+    return _known([v], REAL_DATASETS, "real dataset")[0]
+
+
+def _one_file_dataset(v: str) -> str:
+    return _known([v], FILE_DATASETS, "data set with files")[0]
+
+
+WorkerCounts = Annotated[list[int], AfterValidator(_worker_counts)]
+ShapeName = Annotated[str, AfterValidator(_one_shape)]
+DatasetName = Annotated[str, AfterValidator(_one_dataset)]
+RealDataset = Annotated[str, AfterValidator(_one_real_dataset)]
+FileDataset = Annotated[str, AfterValidator(_one_file_dataset)]
+AlgorithmName = Annotated[str, AfterValidator(_one_algorithm)]
+ModelNames = Annotated[list[str], AfterValidator(_model_names)]
+ModelName = Annotated[str, AfterValidator(_one_model)]
+
+
+def machine_memory() -> int:
+    """Bytes of memory here: the bound on any size a params file may ask for."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def _is_numeric(annotation: Any) -> bool:
+    """int/float fields, bare, optional or in a list: a YAML `true` must not pass as 1 there."""
+    if annotation in (int, float):
+        return True
+    return any(_is_numeric(a) for a in get_args(annotation))
+
+
+def _has_bool(value: Any) -> bool:
+    return isinstance(value, bool) or (isinstance(value, list)
+                                       and any(isinstance(v, bool) for v in value))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, info in cls.model_fields.items():
+                if (name in data and _has_bool(data[name]) and info.annotation is not bool
+                        and _is_numeric(info.annotation)):
+                    raise PydanticCustomError("bool_number", "{field}", {"field": name,
+                                                                         "value": data[name]})
+        return data
+
+
+class ClusterParams(_Section):
+    workers: int = Field(5, ge=1, le=64, description="engines to start locally")
+    profile: str | None = Field(None, description="ipyparallel profile to connect to (GPU nodes)")
+    start_timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
+    collective_timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
+
+
+class DataParams(_Section):
+    root: str = Field("data", description="relative paths are from the project root")
+    require: list[FileDataset] = Field(
+        default_factory=list, description="data sets that must be present before the run starts")
+    verify: bool = Field(True, description="check the known checksums at every load; false "
+                         "loads your own files of the same format")
+
+    def path(self) -> Path:
+        from ddlstudy.records.store import project_root
+
+        root = Path(self.root).expanduser()
+        return root if root.is_absolute() else project_root() / root
+
+
+class CollectivesParams(_Section):
+    ranks: list[int] = Field(default_factory=lambda: [2, 4])
+    min_bytes: int = 8
+    max_bytes: int = 16 << 20
+    step_factor: int = Field(4, ge=2, le=1 << 20)
+    iters: int = Field(10, ge=1, le=1_000_000)
+    warmup: int = Field(3, ge=0, le=1_000_000)
+    algorithms: list[str] = Field(default_factory=lambda: list(ALGORITHM_NAMES))
+    dtype: Literal["float32", "float64"] = "float32"
+
+    @field_validator("min_bytes", "max_bytes", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        size = parse_size(v)
+        if size < 1:
+            raise ValueError("must be at least 1 byte")
+        if size > machine_memory():
+            raise ValueError(f"{size} bytes is more than this machine's memory "
+                             f"({machine_memory()} bytes)")
+        return size
+
+    @field_validator("ranks")
+    @classmethod
+    def _ranks(cls, v: list[int]) -> list[int]:
+        if not v or any(r < 1 or r > 64 for r in v):
+            raise ValueError("each rank count must be 1..64, e.g. [2, 4]")
+        return v
+
+    @field_validator("algorithms")
+    @classmethod
+    def _algorithms(cls, v: list[str]) -> list[str]:
+        return _known(v, ALGORITHM_NAMES, "algorithm")
+
+    @model_validator(mode="after")
+    def _order(self) -> CollectivesParams:
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes})")
+        return self
+
+
+class TrainingParams(_Section):
+    models: ModelNames = Field(default_factory=lambda: ["resnet18"])
+    shape: ShapeName = "cifar"
+    dataset: DatasetName = "synthetic"
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
+    strategies: list[str] = Field(default_factory=lambda: ["ps_sync", "allreduce"])
+    algorithm: AlgorithmName = "ring"
+    servers: int | None = Field(None, ge=1, le=64,
+                                description="PS server processes for ps_sharded (None: 2)")
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(20, ge=1, le=10_000_000)
+    warmup_steps: int = Field(3, ge=0, le=1_000_000)
+    lr: float = Field(1e-4, gt=0, le=100)
+    bucket_mb: float = Field(25.0, gt=0, le=1 << 16)
+    overlap: bool = True
+    network: str = "none"
+    compute: Literal["real", "replay"] = "real"
+    replay_source: str = Field("measured", description="'measured', 'gpu' or a CSV path")
+
+    def servers_for(self, strategy: str) -> int:
+        """Engines a strategy needs beyond its workers (server processes, a TF chief), from
+        its registry entry; `servers` applies to strategies whose server count is a choice."""
+        spec = get_strategy(strategy)
+        chosen = self.servers if spec.servers_configurable else None
+        return servers_for(strategy, chosen) + spec.extra_engines
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategies(cls, v: list[str]) -> list[str]:
+        return _known(v, STRATEGY_NAMES, "strategy")
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        return _known([v], NETWORKS, "network")[0]
+
+
+class NetworkParams(_Section):
+    """The emulated cluster network (ddlstudy.network.emulated.netem) and chapter 05's profile
+    comparison."""
+
+    scale: float | None = Field(None, gt=0, le=1, description="emulated link rate = profile rate x "
+                                "scale; None: the largest that fits the host (netem.scale_for)")
+    offload: bool = Field(True, description="segmentation offload on the emulated links: on moves "
+                          "several times more per CPU; chapter 04 turns it off to count packets")
+    profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
+    model: ModelName = "resnet50"
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
+    # Pipelined (isend/irecv) ring, as Horovod/NCCL run it: segments in flight across steps.
+    algorithm: AlgorithmName = "ring_pipelined"
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(2, ge=1, le=10_000_000)
+    warmup_steps: int = Field(1, ge=0, le=1_000_000)
+    replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
+    # chapter 03's emulated section: PS vs ring per model on `chapter03_profile` links with
+    # compute replayed (workers, algorithm, steps as above); [] leaves only the one-host run
+    chapter03_models: ModelNames = Field(default_factory=list)
+    chapter03_profile: str = "10GbE"
+    # interleaved repeats of each emulated cell (chapters 03 emulated and 05): an emulated step
+    # is slow and steady, so 1 repeat (its timed steps give the spread) keeps make report short
+    repeats: int = Field(1, ge=1, le=100)
+    # chapter 05's all-reduce alone on `bench_profile` links (the collectives bench, emulated),
+    # from which the alpha-beta model is validated on shaped links
+    bench_profile: str = "10GbE"
+    bench_ranks: WorkerCounts = Field(default_factory=lambda: [2, 4])
+    bench_sizes: list[str] = Field(default_factory=lambda: ["64K", "4M"],
+                                   description="smallest, largest message; x4 steps between")
+    bench_algorithms: list[AlgorithmName] = Field(default_factory=lambda: [
+        "ring", "ring_pipelined", "recursive_doubling", "tree", "ps"])
+    bench_iters: int = Field(3, ge=1, le=10_000)
+
+    @field_validator("bench_sizes")
+    @classmethod
+    def _bench_sizes(cls, v: list[str]) -> list[str]:
+        if not v or any(parse_size(s) < 1 for s in v):
+            raise ValueError("give the smallest and largest message, e.g. [64K, 4M]")
+        return v
+
+    @field_validator("chapter03_profile", "bench_profile")
+    @classmethod
+    def _chapter03_profile(cls, v: str) -> str:
+        return _known([v], NETWORKS[1:], "network profile")[0]
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one profile, e.g. [IB-EDR, 10GbE]")
+        return _known(v, NETWORKS[1:], "network profile")
+
+
+class MonitorParams(_Section):
+    interval_s: float = Field(0.5, gt=0, le=3600)
+    workers: WorkerCounts = Field(default_factory=lambda: [2, 4])
+    models: ModelNames = Field(default_factory=lambda: ["resnet18"])
+    steps: int = Field(10, ge=1, le=10_000_000)
+
+
+class ProjectionParams(_Section):
+    """Chapter 06: the step-time model (ddlstudy.analysis.costmodel), validated on measured cells,
+    projected
+    to the papers' scales; every list below is a what-if a reader can change."""
+
+    records: list[str] = Field(default_factory=lambda: ["results/reference"],
+                               description="measured run folders to validate on (relative to "
+                               "the project root), besides this run's own")
+    replay_source: str = Field("gpu", description="compute table: 'gpu' or a device CSV")
+    compute_scale: float = Field(1.0, gt=0, description="what-if: x the table's compute time")
+    models: ModelNames = Field(default_factory=lambda: ["alexnet", "vgg16", "vgg19", "resnet50",
+                                                        "resnet152"])
+    shape: ShapeName = "cifar"
+    batch_size: int = Field(32, ge=1)
+    workers: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6])
+    profile: str = "10GbE"
+    scaling_model: ModelName = "resnet50"
+    scaling_shape: ShapeName = "imagenet"
+    scaling_batch_size: int = Field(128, ge=1)
+    scaling_workers: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128,
+                                                                256, 512, 1024])
+    profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
+    latency_s: float | None = Field(None, ge=0, description="what-if: one latency for every "
+                                    "profile (None: each profile's own)")
+    algorithm: AlgorithmName = "ring_pipelined"
+    servers: list[int] = Field(default_factory=lambda: [1, 4, 0],
+                               description="PS server counts; 0 means S = N (BytePS)")
+    bucket_mb: list[float] = Field(default_factory=lambda: [1.0, 5.0, 25.0, 100.0])
+
+    @field_validator("workers", "scaling_workers")
+    @classmethod
+    def _workers(cls, v: list[int]) -> list[int]:
+        if not v or any(w < 1 or w > 4096 for w in v):
+            raise ValueError("each worker count must be 1..4096, e.g. [1, 8, 64, 512]")
+        return v
+
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        return _known([v], NETWORKS[1:], "network profile")[0]
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        return _known(v, NETWORKS[1:], "network profile")
+
+    @field_validator("servers")
+    @classmethod
+    def _servers(cls, v: list[int]) -> list[int]:
+        if not v or any(s < 0 for s in v):
+            raise ValueError("server counts must be >= 1, or 0 for S = N, e.g. [1, 4, 0]")
+        return v
+
+    @field_validator("bucket_mb")
+    @classmethod
+    def _buckets(cls, v: list[float]) -> list[float]:
+        if not v or any(b <= 0 for b in v):
+            raise ValueError("bucket sizes must be > 0 MiB, e.g. [1, 25]")
+        return v
+
+
+LOCAL_STRATEGIES = LOCAL_STRATEGY_NAMES  # from the registry: strategies without a framework
+
+
+def _local_strategies(v: list[str]) -> list[str]:
+    """Strategies with a torch optimizer on this study's engines (not Horovod / TensorFlow)."""
+    return _known(v, LOCAL_STRATEGIES, "strategy")
+
+
+LocalStrategies = Annotated[list[str], AfterValidator(_local_strategies)]
+
+
+class ConvergenceParams(_Section):
+    """Chapter 08: accuracy and loss per epoch per strategy, async PS staleness, and Fourie
+    2019's all-reduce order vs accuracy (Fig 16)."""
+
+    datasets: list[RealDataset] = Field(default_factory=lambda: ["mnist", "fashion_mnist"])
+    models: ModelNames = Field(default_factory=lambda: ["mlp", "shallow_cnn"])
+    strategies: LocalStrategies = Field(default_factory=lambda: [
+        "single", "ps_sync", "ps_async", "allreduce", "ddp"])
+    model_strategies: dict[ModelName, LocalStrategies] = Field(
+        default_factory=dict, description="per model, the strategies its curves run (default: "
+        "strategies): a slow model can run fewer")
+    workers: int = Field(2, ge=1, le=64, description="N: every strategy runs N workers of "
+                         "batch_size; single runs one worker of N x batch_size")
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    epochs: int = Field(2, ge=1, le=1000)
+    lr: float = Field(0.05, gt=0, le=100)
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    async_workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
+    async_model: ModelName = "mlp"
+    mlp_activation: Literal["sigmoid", "relu", "tanh"] = Field(
+        "sigmoid", description="the MLP's activation (Fourie 2019's Genann: sigmoid)")
+    bracketing_algorithms: list[str] = Field(default_factory=lambda: [
+        "ring", "tree", "recursive_doubling", "reference"])
+    bracketing_dataset: RealDataset = "mnist"
+    bracketing_workers: int = Field(4, ge=2, le=64)
+    bracketing_batch_size: int = Field(32, ge=1, le=1 << 16)
+    bracketing_epochs: int = Field(3, ge=1, le=1000)
+    bracketing_lr: float = Field(0.5, gt=0, le=100)
+
+    @field_validator("bracketing_algorithms")
+    @classmethod
+    def _algorithms(cls, v: list[str]) -> list[str]:
+        return _known(v, ALGORITHM_NAMES, "algorithm")
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v) or any(s < 0 for s in v):
+            raise ValueError("seeds must be distinct integers >= 0, e.g. [0, 1, 2]")
+        return v
+
+
+class BatchSizeParams(_Section):
+    """Chapter 09: Pani's batch-size sweep (1 vs N workers) and Malik 2018's emulated one."""
+
+    models: ModelNames = Field(default_factory=lambda: ["shallow_cnn", "resnet18"])
+    accuracy_models: ModelNames = Field(default_factory=lambda: ["shallow_cnn"],
+                                        description="trained `epochs` full passes and tested; "
+                                        "the others run `steps` timed steps (throughput only)")
+    dataset: RealDataset = "mnist"
+    batch_sizes: list[int] = Field(default_factory=lambda: [32, 128, 512, 2048, 8192])
+    max_batch: dict[str, int] = Field(default_factory=lambda: {"resnet18": 512},
+                                      description="per model: largest batch this host can hold")
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2])
+    strategies: LocalStrategies = Field(default_factory=lambda: ["allreduce"])
+    epochs: int = Field(1, ge=1, le=1000)
+    steps: int = Field(5, ge=1, le=1_000_000)
+    lr: float = Field(0.01, gt=0, le=100)
+    lr_scaling: Literal["none", "linear"] = "linear"
+    lr_base_batch: int = Field(32, ge=1, le=1 << 20)
+    warmup_epochs: float = Field(0.25, ge=0, le=1000, description="learning-rate warm-up")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1])
+    malik_models: ModelNames = Field(default_factory=lambda: ["alexnet", "resnet50"])
+    malik_batch_sizes: list[int] = Field(default_factory=lambda: [64, 128, 256, 512])
+    malik_workers: int = Field(2, ge=1, le=64)
+    malik_profile: str = "10GbE"
+    malik_steps: int = Field(3, ge=1, le=1_000_000)
+
+    @field_validator("batch_sizes", "malik_batch_sizes")
+    @classmethod
+    def _batches(cls, v: list[int]) -> list[int]:
+        if not v or any(b < 1 or b > 1 << 16 for b in v):
+            raise ValueError("each batch size must be 1..65536, e.g. [32, 128, 512]")
+        return v
+
+    @field_validator("max_batch")
+    @classmethod
+    def _max_batch(cls, v: dict[str, int]) -> dict[str, int]:
+        _known(list(v), MODEL_NAMES, "model")
+        if any(b < 1 for b in v.values()):
+            raise ValueError("max_batch values must be >= 1, e.g. {resnet18: 512}")
+        return v
+
+    @field_validator("malik_profile")
+    @classmethod
+    def _malik_profile(cls, v: str) -> str:
+        return _known([v], NETWORKS[1:], "network profile")[0]
+
+
+class FrameworksParams(_Section):
+    """Chapter 07: Horovod and TensorFlow beside ddlstudy's own strategies and torch DDP on the
+    same links (Wang (NCHC): TF parameter servers vs Horovod; Shi 2019: TF PS vs Horovod ring).
+    Profile "none": loopback, unshaped (then compute should be real)."""
+
+    strategies: list[str] = Field(default_factory=lambda: [
+        "horovod", "tf_ps_sync", "tf_allreduce", "ps_sync", "allreduce", "ddp"])
+    model: ModelName = "resnet50"
+    workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])
+    profiles: list[str] = Field(default_factory=lambda: ["10GbE", "IB-EDR"])
+    algorithm: AlgorithmName = "ring_pipelined"
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(3, ge=1, le=10_000_000)
+    warmup_steps: int = Field(1, ge=0, le=1_000_000)
+    compute: str = Field("replay", pattern="^(real|replay)$")
+    replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
+    repeats: int = Field(1, ge=1, le=100, description="interleaved repeats per cell (1: the "
+                         "timed chunks of each run give the spread, labelled so)")
+    timeline: bool = Field(True, description="record and draw one Horovod run's timeline")
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategies(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one strategy, e.g. [horovod, tf_ps_sync]")
+        return _known(v, STRATEGY_NAMES, "strategy")
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one profile, e.g. [10GbE, IB-EDR] (none: loopback)")
+        return _known(v, NETWORKS, "network profile")
+
+
+class FaultsParams(_Section):
+    """Chapter 10: a worker's engine SIGKILLed at `fail_at_step`; per strategy, a clean and a
+    failing run per repeat (interleaved), both checkpointing every `checkpoint_every` steps."""
+
+    strategies: LocalStrategies = Field(default_factory=lambda: [
+        "allreduce", "ddp", "ps_sync", "ps_async"])
+    model: ModelName = "mlp"
+    dataset: DatasetName = "digits"
+    workers: int = Field(3, ge=2, le=64, description="N >= 2: a survivor must be left")
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(40, ge=1, le=1_000_000)
+    warmup_steps: int = Field(2, ge=0, le=1_000_000)
+    lr: float = Field(0.05, gt=0, le=100)
+    checkpoint_every: int = Field(5, ge=1, le=1_000_000)
+    fail_worker: int = Field(1, ge=0)
+    fail_at_step: int = Field(12, ge=1)
+    repeats: int = Field(3, ge=1, le=100)
+    timeout_s: float = Field(20.0, gt=0, le=MAX_TIMEOUT_S,
+                             description="collective timeout: bounds detection and recovery")
+
+    @model_validator(mode="after")
+    def _fits(self) -> FaultsParams:
+        if self.fail_worker >= self.workers:
+            raise ValueError(f"fail_worker {self.fail_worker} must be a worker rank "
+                             f"0..{self.workers - 1}")
+        if self.fail_at_step >= self.warmup_steps + self.steps:
+            raise ValueError(f"fail_at_step {self.fail_at_step} must be below warmup_steps + "
+                             f"steps = {self.warmup_steps + self.steps}")
+        if single := [s for s in self.strategies if STRATEGIES[s].family == "single"]:
+            raise ValueError(f"{single[0]} runs one worker, nothing survives it: drop it")
+        return self
+
+
+class ReportParams(_Section):
+    chapters: list[str] = Field(default_factory=lambda: list(CHAPTERS))
+    kernel: str = "python3"
+    cell_timeout_s: int = Field(1800, ge=10, le=int(MAX_TIMEOUT_S))
+
+    @field_validator("chapters")
+    @classmethod
+    def _chapters(cls, v: list[str]) -> list[str]:
+        return _known(v, CHAPTERS, "chapter")
+
+
+class StudyParams(_Section):
+    """The whole study's parameter set."""
+
+    run_id: str = Field("default", pattern=RUN_ID,
+                        description="a plain folder name under the output root")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    repeats: int = Field(3, ge=1, le=100, description="interleaved repeats of every measured "
+                         "cell that feeds a verdict (grid cells, chapter 02's collectives)")
+    cluster: ClusterParams = Field(default_factory=ClusterParams)
+    data: DataParams = Field(default_factory=DataParams)
+    collectives: CollectivesParams = Field(default_factory=CollectivesParams)
+    training: TrainingParams = Field(default_factory=TrainingParams)
+    network: NetworkParams = Field(default_factory=NetworkParams)
+    monitor: MonitorParams = Field(default_factory=MonitorParams)
+    projection: ProjectionParams = Field(default_factory=ProjectionParams)
+    convergence: ConvergenceParams = Field(default_factory=ConvergenceParams)
+    batch_sweep: BatchSizeParams = Field(default_factory=BatchSizeParams)
+    frameworks: FrameworksParams = Field(default_factory=FrameworksParams)
+    faults: FaultsParams = Field(default_factory=FaultsParams)
+    report: ReportParams = Field(default_factory=ReportParams)
+
+    @model_validator(mode="after")
+    def _fits_cluster(self) -> StudyParams:
+        if self.cluster.profile:
+            return self
+        need = max([*self.collectives.ranks, *(w + 1 for w in self.monitor.workers),
+                    *self.network.workers,
+                    *(w + self.training.servers_for(s) for w in self.training.workers
+                      for s in self.training.strategies)])
+        if need > self.cluster.workers:
+            raise ValueError(f"the grid needs {need} engines but cluster.workers is "
+                             f"{self.cluster.workers}")
+        return self
+
+    def digest(self) -> str:
+        """Stable hash of the validated values: a resumed run reruns only what changed."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _known(values: list[str], valid: Sequence[str], what: str) -> list[str]:
+    bad = [v for v in values if v not in valid]
+    if bad:
+        raise ValueError(f"unknown {what} {bad[0]!r}; choose from {', '.join(valid)}")
+    return values
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, deep nesting and alias bombs before building
+    anything: the composed node graph is measured as if every alias were expanded."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (dict, list)):
+                raise ParamsError(f"line {key_node.start_mark.line + 1}: a key must be a "
+                                  "plain name, not a mapping or list")
+            if key in seen:
+                raise ParamsError(f"line {key_node.start_mark.line + 1}: duplicate key "
+                                  f"{_short(key)}; keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, 0, {}, set())
+        return self.construct_document(node)
+
+
+def _expanded_size(node: yaml.Node, depth: int, memo: dict[int, int], active: set[int]) -> int:
+    """Nodes under `node` with aliases expanded (memoised per node, so the walk is linear)."""
+    if depth > MAX_DEPTH:
+        raise ParamsError(f"line {node.start_mark.line + 1}: nested more than {MAX_DEPTH} "
+                          "levels deep; flatten it")
+    if id(node) in memo:
+        return memo[id(node)]
+    if id(node) in active:
+        raise ParamsError(f"line {node.start_mark.line + 1}: an alias refers to itself; "
+                          "remove the recursive alias")
+    active.add(id(node))
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    else:
+        children = []
+    for child in children:
+        total += _expanded_size(child, depth + 1, memo, active)
+        if total > MAX_NODES:
+            raise ParamsError(f"expands to more than {MAX_NODES} values (YAML aliases?); a "
+                              "params file is a few keys, write them out")
+    active.discard(id(node))
+    memo[id(node)] = total
+    return total
+
+
+def _read_text(path: Path) -> str:
+    """The file as text, or one line on why it cannot be a params file."""
+    if not path.exists():
+        raise ParamsError(f"{path}: params file not found; pass an existing file, e.g. "
+                          "params/default.yaml")
+    if not path.is_file():
+        raise ParamsError(f"{path}: not a regular file (a directory?); pass a YAML file")
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ParamsError(f"{path}: {size} bytes is over the {MAX_FILE_BYTES}-byte limit "
+                              "for a params file; is this the right file?")
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise ParamsError(f"{path}: cannot read ({err.strerror or err}); check the path and "
+                          "permissions") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ParamsError(f"{path}: over the {MAX_FILE_BYTES}-byte limit for a params file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text or any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        raise ParamsError(f"{path}: binary data, not YAML text; pass a params .yaml file")
+    return text
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest [ / { nesting outside quotes and comments, in one linear pass: PyYAML's
+    scanner is quadratic in it (20,000 brackets take minutes), so it is checked first."""
+    depth = deepest = 0
+    quote = ""
+    prev = "\n"
+    for ch in text:
+        if quote:
+            if ch == quote or (ch == "\n" and quote == "#"):
+                quote = ""
+        elif ch in "'\"" and prev in " \t\n[{,:":
+            quote = ch
+        elif ch == "#" and prev in " \t\n":
+            quote = "#"
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        prev = ch
+    return deepest
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    text = _read_text(path)
+    if _flow_depth(text) > MAX_DEPTH:
+        raise ParamsError(f"{path}: brackets nested more than {MAX_DEPTH} levels deep; "
+                          "flatten it")
+    try:
+        data = yaml.load(text, Loader=_BoundedLoader) or {}  # noqa: S506 - a SafeLoader
+    except ParamsError as err:
+        raise ParamsError(f"{path}: {err}") from None
+    except RecursionError:
+        raise ParamsError(f"{path}: nested too deeply to parse; flatten it") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ParamsError(f"{path}:{where} is not valid YAML "
+                          f"({_short(getattr(err, 'problem', err), 80)}); fix the syntax"
+                          ) from None
+    except (ValueError, TypeError) as err:  # e.g. an int of more than 4300 digits
+        raise ParamsError(f"{path}: a value cannot be read ({_short(str(err), 80)}); fix it"
+                          ) from None
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path}: top level must be a mapping of keys (run_id:, cluster:, ...), "
+                          f"not a {type(data).__name__}")
+    return data
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr of a value cut to `limit` characters: error lines stay readable."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_params(*paths: str | Path, check_data: bool = True) -> StudyParams:
+    """Layer the files (later wins) and validate; ParamsError carries the one-line message."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = deep_merge(merged, _read_yaml(Path(path)))
+    names = ", ".join(str(p) for p in paths) or "<defaults>"
+    try:
+        params = StudyParams.model_validate(merged)
+    except ValidationError as err:
+        raise ParamsError(_clip(f"{names}: {_one_line(err)}")) from None
+    if check_data:
+        _check_data(params, names)
+    return params
+
+
+def _check_data(params: StudyParams, names: str) -> None:
+    root = params.data.path()
+    needed = set(params.data.require)
+    if DATASET_SPECS[params.training.dataset].folder:
+        needed.add(params.training.dataset)
+    for name in sorted(needed):
+        folder = root / str(DATASET_SPECS[name].folder)
+        if not folder.is_dir():
+            fix = ("run `make data`" if DATASET_SPECS[name].fetchable else
+                   "put the python-version CIFAR-10 batches there (see README)")
+            raise ParamsError(f"{names}: data.root: {folder} is missing (needed for {name}); {fix}")
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    kind, msg = first["type"], first["msg"]
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key; remove it or check its spelling against params/default.yaml"
+    if kind == "missing":
+        return f"{key}: required key is missing; add it"
+    if kind == "bool_number":
+        ctx = first.get("ctx", {})
+        return (f"{key}.{ctx.get('field')}: a boolean where a number belongs (got "
+                f"{_short(ctx.get('value'))}); write a number")
+    msg = _clip(msg.removeprefix("Value error, "), 160)
+    return f"{key}: {msg} (got {_short(first.get('input'))}); fix this value"
+
+
+def _clip(line: str, limit: int = MAX_LINE) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ddlstudy.params FILE...`: validate and print the merged parameters."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        params = load_params(*args)
+    except ParamsError as err:
+        print(f"error: {_clip(str(err))}", file=sys.stderr)
+        return 2
+    print(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

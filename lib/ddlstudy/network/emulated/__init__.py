@@ -1,0 +1,1 @@
+"""The emulated network: one namespace and one `tc tbf`-shaped veth link per node (root only)."""

@@ -1,0 +1,2 @@
+"""Records: tidy CSV tables with meta.json, resume digests and markers, the committed reference
+records."""

@@ -1,0 +1,136 @@
+"""The results store: tidy tables plus the metadata that says what produced them.
+
+Every table a run writes sits beside a `meta.json` (params, git sha, versions, host, cores), so a
+figure can always be traced back to the run that measured it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ddlstudy.records.resume import code_digest
+
+_PACKAGES = ("ddlstudy", "torch", "numpy", "pandas", "ipyparallel", "papermill", "tensorflow-cpu",
+             "horovod")
+
+
+def project_root() -> Path:
+    """The checkout this code runs from (or the working directory when installed elsewhere)."""
+    here = Path(__file__).resolve()
+    for parent in [Path.cwd(), *Path.cwd().parents, *here.parents]:
+        if (parent / "pyproject.toml").exists() and (parent / "lib" / "ddlstudy").is_dir():
+            return parent
+    return Path.cwd()
+
+
+def git_sha(repo: Path | None = None) -> str:
+    """The commit that produced a record; '+dirty' when the tree had uncommitted changes."""
+    cwd = repo or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def host_info() -> dict[str, Any]:
+    """The machine, and its 1/5/15-min load average when the record is written (a run's meta is
+    written at its end): on a shared host, what else was running is part of the measurement."""
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_avg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+    try:
+        import psutil
+
+        info["memory_gb"] = round(psutil.virtual_memory().total / 1e9, 1)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        info["cuda_devices"] = [torch.cuda.get_device_name(i)
+                                for i in range(torch.cuda.device_count())]
+    except ImportError:
+        info["cuda_devices"] = []
+    return info
+
+
+def run_meta(params: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "git_sha": git_sha(),
+        "code_digest": code_digest(),
+        "versions": versions(),
+        "host": host_info(),
+        "argv": sys.argv,
+        "params": params or {},
+        **extra,
+    }
+
+
+def write_meta(out_dir: str | Path, params: dict[str, Any] | None = None,
+               name: str = "meta.json", **extra: Any) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")  # temp + rename: never half a meta.json
+    tmp.write_text(json.dumps(run_meta(params, **extra), indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_meta(out_dir: str | Path, name: str = "meta.json") -> dict[str, Any]:
+    return json.loads((Path(out_dir) / name).read_text())
+
+
+def write_table(df: pd.DataFrame, out_dir: str | Path, name: str) -> Path:
+    """Write `name`.csv atomically, so an interrupted run never leaves half a table."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.csv"
+    tmp = path.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def read_table(out_dir: str | Path, name: str) -> pd.DataFrame:
+    return pd.read_csv(Path(out_dir) / f"{name}.csv")
+
+
+def chapter_dir(run_dir: str | Path | None, name: str, params: dict[str, Any] | None = None,
+                **extra: Any) -> Path:
+    """The folder one notebook writes its tables and figures to, with its meta.json."""
+    base = Path(run_dir) if run_dir else project_root() / "outputs" / "interactive"
+    out = base / name
+    write_meta(out, params, chapter=name, **extra)
+    return out

@@ -1,0 +1,1 @@
+"""Report: the papermill runner and the Sphinx book."""

@@ -1,0 +1,6 @@
+"""`python -m ddlstudy.report`: run the chapters and render the book (see `ddlstudy report
+--help`)."""
+
+from ddlstudy.report.runner import main
+
+raise SystemExit(main())

@@ -1,0 +1,235 @@
+"""Run the study's notebooks with papermill, then render them and an index page to HTML.
+
+    python -m ddlstudy.report --params params/default.yaml [--params more.yaml] [--out DIR]
+
+Each chapter runs into `outputs/<run-id>/`; a chapter whose executed copy and `.done.json` exist
+for the same parameters, notebook content and code content (ddlstudy.records.resume) is skipped, so
+an
+interrupted run resumes where it stopped; chapter 99 also reruns when any chapter before it did.
+A failing chapter keeps its executed copy (with the error in it) and the index says which failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ddlstudy.config.params import ParamsError, StudyParams, load_params
+from ddlstudy.records import resume
+from ddlstudy.records import store as records
+
+NOTEBOOKS = Path(__file__).resolve().parents[3] / "notebooks"
+
+
+@dataclass
+class Job:
+    """One executed notebook: a chapter, or a chapter for one model (03 runs once per model)."""
+
+    chapter: str
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def digest(self, params: StudyParams, inputs: dict[str, Any] | None = None) -> str:
+        """What the chapter's result depends on: params, notebook parameters, the notebook's
+        content, the code's content (ddlstudy.records.resume) and, for 99, the markers it reads."""
+        return records_digest(params.digest(), {
+            "nb": self.parameters,
+            "notebook": resume.file_digest(NOTEBOOKS / f"{self.chapter}.ipynb"),
+            "code": resume.code_digest(), "inputs": inputs or {}})
+
+
+def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
+    import hashlib
+
+    blob = json.dumps({"study": study_digest, "nb": parameters}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# The kernel app logs "Kernel is running over TCP without encryption" at WARNING once per
+# chapter (ipykernel kernelapp.init_sockets; local kernels talk over loopback): its own logger
+# only goes to ERROR, the chapters' warnings and errors are untouched.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+READS_OTHERS = "99_conclusions"  # the chapter that reads every other chapter's records
+
+
+def marker_path(run_dir: Path, job: Job) -> Path:
+    return run_dir / f"{job.name}.done.json"
+
+
+def upstream(job: Job, jobs: list[Job], run_dir: Path) -> dict[str, Any]:
+    """For chapter 99: each chapter's marker stamp (or None), so 99 reruns when any reran."""
+    if job.chapter != READS_OTHERS:
+        return {}
+    return {j.name: (resume.read_marker(marker_path(run_dir, j)) or {}).get("finished")
+            for j in jobs if j.chapter != READS_OTHERS}
+
+
+def plan(params: StudyParams, run_dir: Path, params_files: list[str]) -> list[Job]:
+    """The grid: one job per chapter, and chapter 03 once per model."""
+    base = {"run_dir": str(run_dir.resolve()),
+            "params_files": [str(Path(p).resolve()) for p in params_files]}
+    jobs = []
+    for chapter in params.report.chapters:
+        if chapter == "03_ps_vs_ring":
+            for model in params.training.models:
+                jobs.append(Job(chapter, f"{chapter}-{model}", {**base, "model": model}))
+            for model in params.network.chapter03_models:  # the emulated-cluster section
+                jobs.append(Job(chapter, f"{chapter}-emulated-{model}",
+                                {**base, "model": model, "emulated": True}))
+        else:
+            jobs.append(Job(chapter, chapter, dict(base)))
+    return jobs
+
+
+def is_done(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None) -> bool:
+    """True only when the executed copy and a readable marker exist and the marker's digest is
+    the one this params/notebook/code (and, for 99, these upstream runs) give now."""
+    marker = resume.read_marker(marker_path(run_dir, job))
+    if marker is None or not (run_dir / f"{job.name}.ipynb").exists():
+        return False
+    return marker.get("digest") == job.digest(params, upstream(job, jobs or [], run_dir))
+
+
+def execute(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None
+            ) -> str | None:
+    """Run one notebook; None when it passed, else the error's first line. The old marker goes
+    first (an interrupted rerun is not done); the new one is written atomically after."""
+    import papermill as pm
+
+    marker = marker_path(run_dir, job)
+    resume.clear_marker(marker)
+    inputs = upstream(job, jobs or [], run_dir)
+    out = run_dir / f"{job.name}.ipynb"
+    try:
+        pm.execute_notebook(str(NOTEBOOKS / f"{job.chapter}.ipynb"), str(out),
+                            parameters=job.parameters, kernel_name=params.report.kernel,
+                            cwd=str(NOTEBOOKS), progress_bar=False,
+                            execution_timeout=params.report.cell_timeout_s,
+                            extra_arguments=KERNEL_ARGS)
+    except Exception as err:  # noqa: BLE001 - any failure is reported, the grid goes on
+        return _first_line(err)
+    resume.write_json_atomic(marker, {"digest": job.digest(params, inputs),
+                                      "finished": time.time()})
+    return None
+
+
+def _first_line(err: Exception) -> str:
+    """The error in one line: the failing cell's exception, not papermill's banner."""
+    if getattr(err, "ename", None):
+        return f"{err.ename}: {str(getattr(err, 'evalue', '')).strip()}"
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip().strip("-")]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+def render(run_dir: Path, jobs: list[Job], failures: dict[str, str], skipped: set[str],
+           params: StudyParams) -> Path:
+    """The run as a book (ddlstudy.report.book): landing page with the findings, one page per
+    chapter."""
+    import yaml
+
+    from ddlstudy.report.book import Page, build_book
+
+    pages = [Page(job.name, job.chapter,
+                  "failed: " + failures[job.name] if job.name in failures
+                  else "not run" if not (run_dir / f"{job.name}.ipynb").exists()
+                  else "reused from an earlier run" if job.name in skipped else "ran")
+             for job in jobs]
+    meta = records.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
+    params_yaml = yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
+    index, seconds = build_book(run_dir, pages, meta, params.run_id, params_yaml)
+    tqdm.write(f"book: {len(pages)} chapter pages rendered in {seconds:.0f} s")
+    return index
+
+
+@dataclass
+class ReportResult:
+    index: Path
+    ran: list[str]
+    reused: list[str]
+    failed: dict[str, str]
+
+
+def run_report(params_files: list[str], out: str | None = None) -> ReportResult:
+    params = load_params(*params_files)
+    run_dir = Path(out) if out else Path("outputs") / params.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records.write_meta(run_dir, params.model_dump(mode="json"), params_files=params_files,
+                       digest=params.digest())
+    jobs = plan(params, run_dir, params_files)
+    failures: dict[str, str] = {}
+    skipped: set[str] = set()
+    bar = tqdm(jobs, desc="report", unit="notebook")
+    for job in bar:
+        bar.set_postfix_str(job.name)
+        if is_done(job, run_dir, params, jobs):
+            skipped.add(job.name)
+            tqdm.write(f"{job.name}: reused")
+            continue
+        started = time.perf_counter()
+        error = execute(job, run_dir, params, jobs)
+        took = f"{time.perf_counter() - started:.0f} s"
+        if error:
+            failures[job.name] = error
+            tqdm.write(f"{job.name}: FAILED after {took}: {error} (executed copy: "
+                       f"{run_dir / job.name}.ipynb)")
+        else:
+            tqdm.write(f"{job.name}: ran in {took}")
+    index = render(run_dir, jobs, failures, skipped, params)
+    ran = [j.name for j in jobs if j.name not in skipped and j.name not in failures]
+    print(f"report: {index}  ({len(ran)} ran, {len(skipped)} reused, {len(failures)} failed"
+          + (f": {', '.join(failures)}" if failures else "") + ")")
+    return ReportResult(index, ran, sorted(skipped), failures)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", action="append", required=True,
+                        help="YAML parameter file; repeat to layer overrides (later wins)")
+    parser.add_argument("--out", help="run folder (default outputs/<run_id>)")
+    args = parser.parse_args(argv)
+    from ddlstudy.cluster import engines as cluster
+
+    cluster.handle_signals(quiet=True)  # papermill/nbclient/asyncio: no dying-kernel chatter
+    os.environ.update(cluster.owner_env())  # kernels' clusters die with this runner
+    try:
+        result = run_report(args.params, args.out)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except cluster.Interrupted as err:
+        return _stop_on_signal(err)
+    return 1 if result.failed else 0
+
+
+def _stop_on_signal(err: BaseException) -> int:
+    """Stop what this runner started (kernels, their clusters) and orphans of dead runs; one
+    line; exit 128 + signal. Finished chapters keep their markers: a re-run resumes."""
+    import psutil
+
+    from ddlstudy.cluster import engines as cluster
+    from ddlstudy.network.emulated import netem
+
+    # the first signal's handler already ignores further ones (cluster.handle_signals)
+    with cluster.defer_signals():
+        children = {p.pid for p in psutil.Process().children(recursive=True)}
+        cluster.kill_after_grace(children, cluster.STOP_GRACE_S)
+        orphans = cluster.cleanup()
+        # an emulated chapter's namespaces and links: their owner (the kernel) is dead now
+        links = netem.cleanup_all()
+    print(f"interrupted by {err}: stopped {len(children) + orphans} processes"
+          + (f", removed {len(links)} emulated-network objects" if links else "")
+          + "; finished chapters are kept, re-run the same command to resume", file=sys.stderr)
+    return int(getattr(err, "exit_code", 130))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
