@@ -1,0 +1,244 @@
+"""Chapter 06 (projection): validate the step-time model on the measured cells, then carry it to
+the papers' scales (Shi 2019's grid, Wang (NCHC)'s 8-64 GPUs, Malik 2018's 512 and beyond) and
+the what-ifs; every table, figure and sentence the notebook shows comes from here.
+
+The model itself is `ddlstudy.analysis.costmodel`; the sliders are `ddlstudy.chapters.explore`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from IPython.display import Markdown
+
+from ddlstudy.analysis import costmodel, plots
+from ddlstudy.chapters import explore
+from ddlstudy.records import store as records
+
+NAME = "06_projection"
+
+
+@dataclass
+class Projection:
+    """What the chapter's cells share: params, the `projection` section with the notebook's
+    overrides, the folder, the validation and its constants, and the projected tables."""
+
+    P: Any
+    J: Any
+    out: Path
+    dirs: list[Path]
+    V: Any
+    C: costmodel.Constants
+    what: dict[str, Any]
+    shi: pd.DataFrame = field(default_factory=pd.DataFrame)
+    wang: pd.DataFrame = field(default_factory=pd.DataFrame)
+    malik: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def label(self) -> str:
+        return self.V.label
+
+
+def setup(P: Any, run_dir: str | Path | None, **overrides: Any) -> Projection:
+    """The `projection` section with the notebook's non-None overrides, the measured folders
+    (`projection.records`, plus this run's own) and the constants fitted on them."""
+    J = P.projection.model_validate({**P.projection.model_dump(),
+                                     **{k: v for k, v in overrides.items() if v is not None}})
+    out = records.chapter_dir(run_dir, NAME, P.model_dump(mode="json"),
+                              notebook=J.model_dump(mode="json"))
+    root = records.project_root()
+    dirs = [Path(d) if Path(d).is_absolute() else root / d for d in J.records]
+    if run_dir:
+        dirs.append(Path(run_dir))
+    V = costmodel.validation_for(dirs)
+    what = dict(replay_source=J.replay_source, compute_scale=J.compute_scale,
+                latency_s=J.latency_s, algorithm=J.algorithm)
+    return Projection(P, J, out, dirs, V, V.cluster_constants(), what)
+
+
+def describe(S: Projection) -> str:
+    """The validation label, the folders read and the fitted constants, one line each."""
+    C = S.C
+    return "\n".join([
+        S.label,
+        "validated on: " + (", ".join(str(d) for d in S.dirs if d.exists())
+                            or "nothing (no folder)"),
+        f"constants (cluster-equivalent): link_factor {C.link_factor:.3f}, "
+        f"host {C.host_s_per_byte * 1e12:.3f} ps/B, {C.host_s_per_message * 1e6:.1f} us per "
+        f"message, overhead {C.overhead_s * 1e3:.2f} ms"])
+
+
+def validation(S: Projection) -> pd.DataFrame | Markdown:
+    """validation.csv and model_vs_measured.png when there are measured cells; else a note
+    that the curves use the analytic model alone."""
+    V = S.V
+    if not V.n_cells:
+        return Markdown(f"No measured cell to validate on ({V.note}): the curves below use the "
+                        "analytic model alone (link factor 1, no host overhead) and say so.")
+    records.write_table(V.table, S.out, "validation")
+    fig = plots.model_vs_measured(V.table, f"Step-time model vs {len(V.table)} measured cells: "
+                                  f"{V.median_error:.1%} median error on {V.n_cells} held out")
+    plots.save(fig, S.out, "model_vs_measured")
+    return V.table.drop(columns=["source"]).round(3)
+
+
+def _measured(S: Projection, rename: dict[str, str]) -> pd.DataFrame:
+    """The validation table's cells with the projection's column names (empty if none)."""
+    return S.V.table.rename(columns=rename) if S.V.n_cells else pd.DataFrame()
+
+
+def shi_grid(S: Projection) -> pd.DataFrame:
+    """Shi 2019's grid (projection_shi.csv, shi_grid.png); the speedup at the most workers."""
+    J = S.J
+    S.shi = shi = costmodel.project(J.models, ["ps_sync", "allreduce"], J.workers, [J.profile],
+                                    S.C, shape=J.shape, batch_size=J.batch_size, servers=[1],
+                                    bucket_mb=[S.P.training.bucket_mb], **S.what)
+    records.write_table(shi, S.out, "projection_shi")
+    measured = _measured(S, {"network": "profile", "images_per_sec_cluster": "images_per_sec"})
+    if len(measured):
+        measured = measured[(measured["profile"] == J.profile) & (measured["shape"] == J.shape)
+                            & (measured["batch_size"] == J.batch_size)
+                            & (measured["replay_source"] == J.replay_source)
+                            & measured["strategy"].isin(["ps_sync", "allreduce"])
+                            & (J.compute_scale == 1)]
+    fig = plots.projected_curves(shi, measured, "images_per_sec", "strategy", col="model",
+                                 ylabel="cluster-equivalent images / sec",
+                                 title=f"Shi 2019's grid, {S.label}: {J.profile} links, compute "
+                                       f"from {J.replay_source}, batch {J.batch_size}")
+    plots.save(fig, S.out, "shi_grid")
+    return shi[shi["workers"] == max(J.workers)].pivot_table(index="model", columns="strategy",
+                                                             values="speedup")
+
+
+def wang(S: Projection) -> pd.DataFrame:
+    """Wang (NCHC)'s ResNet-50 per profile (scaling_efficiency.csv, efficiency_by_profile.png)
+    beside the emulated cells' scale; the efficiency at 8-64 workers."""
+    J, kw = S.J, dict(bucket_mb=[S.P.training.bucket_mb], **S.what)
+    S.wang = wang = costmodel.project([J.scaling_model], ["allreduce"], J.scaling_workers,
+                                      J.profiles, S.C, shape=J.scaling_shape,
+                                      batch_size=J.scaling_batch_size, **kw)
+    eff = wang.assign(validation_error=S.V.median_error, n_cells=S.V.n_cells, label=S.label,
+                      shape=J.scaling_shape, batch_size=J.scaling_batch_size, **S.what)
+    records.write_table(eff[["profile", "workers", "efficiency", "source", "validation_error",
+                             "n_cells", "model", "strategy", "shape", "batch_size", "step_s",
+                             "images_per_sec", "replay_source", "compute_scale", "label"]],
+                        S.out, "scaling_efficiency")
+    small = costmodel.project([J.scaling_model], ["allreduce"], J.workers, J.profiles, S.C,
+                              shape=J.shape, batch_size=J.batch_size, **kw)
+    pts = _measured(S, {"network": "profile"})
+    if len(pts):
+        pts = pts[(pts["model"] == J.scaling_model) & (pts["strategy"] == "allreduce")
+                  & (pts["shape"] == J.shape) & (pts["batch_size"] == J.batch_size)
+                  & (pts["replay_source"] == J.replay_source)].copy()
+        base = pts[pts["workers"] == 1].groupby("profile")["measured_s"].min()
+        pts = pts[pts["profile"].isin(base.index)]
+        pts["efficiency"] = pts["profile"].map(base) / pts["measured_s"]
+    panel = f"{J.shape}, batch {J.batch_size} (emulated cells)"
+    both = pd.concat([wang.assign(panel=f"{J.scaling_shape}, batch {J.scaling_batch_size}"),
+                      small.assign(panel=panel)])
+    fig = plots.projected_curves(both, pts.assign(panel=panel) if len(pts) else None,
+                                 "efficiency", "profile", col="panel", logx=True,
+                                 ylabel="scaling efficiency",
+                                 title=f"{J.scaling_model} ring all-reduce, {S.label}")
+    plots.save(fig, S.out, "efficiency_by_profile")
+    return wang[wang["workers"].isin([8, 16, 32, 64])].pivot_table(
+        index="workers", columns="profile", values="efficiency").round(3)
+
+
+def malik(S: Projection) -> pd.DataFrame:
+    """Malik 2018's models to the most workers, ring vs PS with S = 1 and S = N
+    (projection_scaling.csv, scaling_to_1024.png); the efficiency at 512 workers."""
+    J = S.J
+    malik = costmodel.project(["alexnet", "googlenet", J.scaling_model], ["allreduce", "ps_sync"],
+                              J.scaling_workers, J.profiles, S.C, shape=J.scaling_shape,
+                              batch_size=J.scaling_batch_size, servers=[1, 0],
+                              bucket_mb=[S.P.training.bucket_mb], **S.what)
+    malik["setup"] = [f"{s} ({p})" if s == "allreduce" else f"PS, S={r} ({p})"
+                      for s, r, p in zip(malik["strategy"], malik["servers_rule"],
+                                         malik["profile"], strict=True)]
+    S.malik = malik
+    records.write_table(malik, S.out, "projection_scaling")
+    fig = plots.projected_curves(malik, None, "images_per_sec", "setup", col="model", logx=True,
+                                 ylabel="images / sec (projected)",
+                                 title=f"Scaling to {max(J.scaling_workers)} workers, {S.label}")
+    for ax in fig.axes:
+        ax.set_yscale("log")
+    plots.save(fig, S.out, "scaling_to_1024")
+    return malik[malik["workers"] == 512].pivot_table(index="setup", columns="model",
+                                                      values="efficiency").round(3)
+
+
+def what_ifs(S: Projection) -> None:
+    """Bucket sizes for the ring and server counts for PS (what_ifs.csv, what_ifs.png)."""
+    J = S.J
+    kw = dict(shape=J.scaling_shape, batch_size=J.scaling_batch_size, **S.what)
+    buckets = costmodel.project([J.scaling_model], ["allreduce"], J.scaling_workers, J.profiles,
+                                S.C, bucket_mb=J.bucket_mb, **kw)
+    buckets["setup"] = [f"{b:g} MiB buckets ({p})" for b, p in
+                        zip(buckets["bucket_mb"], buckets["profile"], strict=True)]
+    ps = costmodel.project([J.scaling_model], ["ps_sync"], J.scaling_workers, J.profiles, S.C,
+                           servers=J.servers, bucket_mb=[S.P.training.bucket_mb], **kw)
+    ps["setup"] = [f"S={r} ({p})" for r, p in zip(ps["servers_rule"], ps["profile"],
+                                                  strict=True)]
+    whatif = pd.concat([buckets.assign(panel="ring: bucket size"),
+                        ps.assign(panel="PS: servers")])
+    records.write_table(whatif, S.out, "what_ifs")
+    fig = plots.projected_curves(whatif, None, "efficiency", "setup", col="panel", logx=True,
+                                 ylabel="scaling efficiency",
+                                 title=f"{J.scaling_model} what-ifs, {S.label}")
+    plots.save(fig, S.out, "what_ifs")
+
+
+def _pct(v: float) -> str:
+    return f"{v:.0%}"
+
+
+def text(S: Projection) -> str:
+    """The chapter's findings, computed from the validation and the projected tables."""
+    J, V, shi, wang, malik = S.J, S.V, S.shi, S.wang, S.malik
+    lines = [f"All figures here are {S.label}."]
+    if V.n_cells:
+        worst = V.table[V.table["role"] == "validate"]["rel_error"].abs().max()
+        lines.append(f"On the {V.n_cells} held-out measured cells the model's median relative "
+                     f"error is {V.median_error:.1%} (largest {worst:.1%}).")
+    top = max(J.workers)
+    ring_wins = shi[shi["workers"] == top].pivot_table(index="model", columns="strategy",
+                                                       values="images_per_sec")
+    if {"allreduce", "ps_sync"} <= set(ring_wins.columns):
+        faster = ring_wins[ring_wins["allreduce"] > ring_wins["ps_sync"]].index.tolist()
+        lines.append(f"At Shi 2019's {top} workers on {J.profile} the ring is projected faster "
+                     f"than one PS for {len(faster)} of {len(ring_wins)} models"
+                     + (f" ({', '.join(faster)})." if faster else "."))
+    w64 = wang[wang["workers"] == 64].set_index("profile")["efficiency"]
+    if {"IB-EDR", "10GbE"} <= set(w64.index):
+        lines.append(f"Wang (NCHC)'s ResNet-50 at 64 GPUs: projected {_pct(w64['IB-EDR'])} "
+                     f"(IB-EDR) vs {_pct(w64['10GbE'])} (10GbE) scaling efficiency; they "
+                     "measured 89 % vs 65 %. "
+                     + ("The order is theirs." if w64["IB-EDR"] > w64["10GbE"] else
+                        "The order differs from theirs."))
+        if J.replay_source == "gpu" and J.compute_scale == 1:
+            lines.append("Compute here is an H100's (the stored table), faster than their "
+                         "V100s: less backward to hide the all-reduce behind; and one worker "
+                         "per node, no NVLink, so every byte of the ring crosses the network.")
+    big = malik[(malik["workers"] == max(J.scaling_workers))]
+    best = big.loc[big.groupby("model")["images_per_sec"].idxmax()]
+    lines.append(f"At {max(J.scaling_workers)} workers the fastest projected setup per model: "
+                 + "; ".join(f"{r.model}: {r.setup} at {_pct(r.efficiency)} efficiency"
+                             for r in best.itertuples()) + ".")
+    return " ".join(lines)
+
+
+def sliders(S: Projection) -> Any:
+    """The what-if widgets (ddlstudy.chapters.explore), started at this run's params."""
+    J = S.J
+    return explore.sliders([J.scaling_model, *J.models, "alexnet", "googlenet"], S.C,
+                           J.scaling_workers, J.scaling_shape, J.scaling_batch_size, J.algorithm,
+                           S.label, start=dict(model=J.scaling_model, profile=J.profiles[-1],
+                                               replay_source=J.replay_source,
+                                               latency_s=J.latency_s,
+                                               servers=max(J.servers[0], 0),
+                                               bucket_mb=S.P.training.bucket_mb,
+                                               compute_scale=J.compute_scale))
