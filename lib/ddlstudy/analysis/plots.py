@@ -263,3 +263,66 @@ def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, 
     fig.suptitle(title, y=1.04)
     fig.tight_layout()
     return fig
+
+
+# ----------------------------------------------------------------------------- chapter 10
+def recovery_cost(fails: pd.DataFrame, order: list[str], title: str = "") -> Figure:
+    """Time lost and steps redone per failing run: one dot per repeat, a bar at the median."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for ax, col, label in [(axes[0], "time_lost_s", "time lost, s (one host)"),
+                           (axes[1], "steps_redone", "steps redone")]:
+        for i, s in enumerate(order):
+            vals = fails[fails["strategy"] == s][col]
+            ax.plot([i] * len(vals), vals, "o", alpha=0.6)
+            ax.plot([i - 0.2, i + 0.2], [vals.median()] * 2, "k-")
+        ax.set_xticks(range(len(order)), order)
+        ax.set_ylabel(label)
+    fig.suptitle(title, y=1.02, fontsize=10)
+    return fig
+
+
+# ----------------------------------------------------------------------------- chapter 09
+def batch_sweep(part: pd.DataFrame, trained: bool, title: str = "") -> Figure:
+    """One model's batch sweep: time per epoch and images/sec (and, when trained, test accuracy
+    and loss) against batch size per worker, one line per worker count (`label`)."""
+    cols = [("time_per_epoch_s", "time per epoch, s"), ("images_per_sec", "images / sec")]
+    if trained:
+        cols += [("test_accuracy", "test accuracy"), ("test_loss", "test loss")]
+    fig, axes = plt.subplots(1, len(cols), figsize=(4.2 * len(cols), 3.5))
+    for ax, (col, label) in zip(axes, cols, strict=True):
+        sns.lineplot(data=part, x="batch_size", y=col, hue="label", marker="o",
+                     estimator="median", errorbar=("ci", 95), ax=ax, legend=ax is axes[0])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size per worker")
+        ax.set_ylabel(label)
+    fig.suptitle(title, y=1.03, fontsize=10)
+    fig.subplots_adjust(wspace=0.35)
+    return fig
+
+
+def malik_batch(malik: pd.DataFrame, title: str = "") -> Figure:
+    """Malik 2018's sweep: cluster-equivalent images/sec against batch size, one line a model."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    sns.lineplot(data=malik, x="batch_size", y="images_per_sec_cluster", hue="model",
+                 marker="o", estimator="median", errorbar=("ci", 95), ax=ax)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size per worker")
+    ax.set_ylabel("cluster-equivalent images / sec")
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+# ----------------------------------------------------------------------------- chapter 03
+def throughput_with_excluded(summary: pd.DataFrame, title: str = "",
+                             flag: str = "cpu_bound") -> Figure:
+    """`throughput_vs_workers`, with the cells flagged `flag` (they asked more than the host
+    moves) marked by a red x: shown, but no verdict rests on them."""
+    fig = throughput_vs_workers(summary, title)
+    for ax, (_, cells) in zip(fig.axes, summary.groupby("strategy", sort=True), strict=False):
+        bad = cells[cells[flag]]
+        if len(bad):
+            ax.scatter([sorted(cells["workers"].unique()).index(w) for w in bad["workers"]],
+                       bad["images_per_sec"], marker="x", s=90, color="red", zorder=5,
+                       label="CPU-bound (excluded)")
+            ax.legend(loc="best", fontsize=8)
+    return fig
