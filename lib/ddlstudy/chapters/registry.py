@@ -96,7 +96,7 @@ _S = "ddlstudy.chapters.summaries"
 for _c in [
     Chapter("00_background", "mini-batch SGD, PS and ring step by step on in-process ranks, cost "
             "formulas with worked numbers, float32 summation-order drift",
-            "Shi 2019 Ch. 2; Fourie 2019 Sec. 3", ("Shi 2019", "Fourie 2019"),
+            "Shi 2019; Fourie 2019 (cost formulas, bracketing)", ("Shi 2019", "Fourie 2019"),
             tables={"worked_costs": (), "traffic_demo": (), "bracketing_drift": ()},
             summary=f"{_S}:background", kind="analytic + in-process"),
     Chapter("01_cluster_setup", "the engines (ranks, hosts, devices); node-to-node latency and "
@@ -104,7 +104,7 @@ for _c in [
             params_section="cluster", tables={"engines": (), "p2p": ()},
             summary=f"{_S}:cluster_setup"),
     Chapter("02_collectives", "every all-reduce algorithm vs message size, busbw, correctness, "
-            "alpha-beta-gamma fit, which algorithm wins where", "Fourie 2019 Figs 9-14",
+            "alpha-beta-gamma fit, which algorithm wins where", "Fourie 2019 Figs 9-15",
             ("Fourie 2019",), params_section="collectives",
             tables={"collectives": (), "collectives_summary": (), "best_algorithm": (),
                     "costmodel_errors": (), "p2p": ()},
@@ -145,20 +145,21 @@ for _c in [
                         ("efficiency_by_profile.png", "scaling_to_1024.png")),)),
     Chapter("07_frameworks", "Horovod, TF parameter servers and TF MultiWorkerMirrored beside "
             "ddlstudy's PS, ring and torch DDP: images/sec, efficiency, bytes per node",
-            "Wang (NCHC) Sec. IV, Fig. 4; Malik 2018", ("Wang (NCHC)", "Malik 2018", "Shi 2019"),
+            "Wang (NCHC) Fig. 4; Malik 2018 (Horovod scaling)",
+            ("Wang (NCHC)", "Malik 2018", "Shi 2019"),
             params_section="frameworks",
             tables={"summary": ("profile", "strategy", "workers"), "scaling": ()},
             summary=f"{_S}:frameworks", quick=False, kind="emulated"),
     Chapter("08_convergence", "test accuracy and loss per epoch for single, sync / async PS, "
             "ring and DDP; async staleness; accuracy per all-reduce algorithm",
-            "Pani Sec. 5; Fourie 2019 Fig. 16", ("Pani", "Fourie 2019"),
+            "Pani Figs 1-2, 4-5; Fourie 2019 Fig. 16", ("Pani", "Fourie 2019"),
             params_section="convergence",
             tables={"runs": (), "curves": (), "final": (), "gaps": (), "staleness": (),
                     "async_cost": (), "bracketing": ()},
             summary=f"{_S}:convergence", quick=False),
     Chapter("09_batch_size", "per-worker batch 32-8192 on 1 vs N workers: time per epoch, "
             "accuracy, linear LR scaling; Malik's 64-512 sweep on emulated links",
-            "Pani Sec. 5; Malik 2018 Fig. 6", ("Pani", "Malik 2018"),
+            "Pani Figs 3, 6; Malik 2018 (batch 64-512)", ("Pani", "Malik 2018"),
             params_section="batch_sweep", tables={"runs": (), "sweep": (), "malik": ()},
             summary=f"{_S}:batch_size", quick=False),
     Chapter("10_faults", "a worker that dies mid-run: how each strategy recovers and what it "

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("ddlstudy.report.runner", "run the chapters (papermill) and render the book"),
     "reference": ("ddlstudy.report.runner",
-                  "the papers' grids into results/reference (report --params params/reference.yaml)"),
+                  "the papers' grids into results/reference (params/reference.yaml layered)"),
     "train": ("ddlstudy.cli.train", "one training run on the cluster, records into --out"),
     "bench": ("ddlstudy.bench.__main__", "benchmarks: collectives (nccl-tests columns), train"),
     "cluster": ("ddlstudy.cluster.engines", "start / check / stop the engines; ping-pong table"),

@@ -27,8 +27,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ddlstudy.collectives.registry import ALGORITHMS
 from ddlstudy.chapters.registry import CHAPTER_NAMES
+from ddlstudy.collectives.registry import ALGORITHMS
 from ddlstudy.network.profiles import PROFILES
 from ddlstudy.registry import LiveNames
 from ddlstudy.strategies.registry import STRATEGIES, get_strategy, servers_for
@@ -161,6 +161,45 @@ class ClusterParams(_Section):
     profile: str | None = Field(None, description="ipyparallel profile to connect to (GPU nodes)")
     start_timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
     collective_timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
+    # Beyond this machine (docs/cluster.md): ipyparallel's launchers, configured from here.
+    launcher: Literal["local", "ssh", "slurm", "mpi"] = Field(
+        "local", description="how engines start: ipyparallel's Local/SSH/Slurm/MPI launchers")
+    hosts: list[str] = Field(default_factory=list, description="name:slots per node (ssh, mpi; "
+                             "slurm: --nodelist); the engines are their slots' sum")
+    ifname: str | None = Field(None, description="the nodes' interface: GLOO_/NCCL_SOCKET_IFNAME "
+                               "and the rendezvous address")
+    controller_ip: str | None = Field(None, description="controller address (default: ifname's "
+                                      "address on the driver)")
+    remote_python: str | None = Field(None, description="Python on the nodes (default: the "
+                                      "driver's path)")
+    env: dict[str, str] = Field(default_factory=dict, description="engines' environment")
+    ssh_args: list[str] = Field(default_factory=list, description="extra ssh/scp arguments")
+    launcher_args: list[str] = Field(default_factory=list,
+                                     description="extra sbatch options / mpiexec arguments")
+
+    @model_validator(mode="after")
+    def _launch(self) -> ClusterParams:
+        if self.launcher != "local" and self.profile:
+            raise ValueError(f"launcher {self.launcher} starts its own engines: set profile to "
+                             "null (or launcher to local)")
+        self.launch_spec()  # one-line LaunchError (a ValueError) before anything starts
+        return self
+
+    def launch_spec(self) -> Any:
+        """The validated ddlstudy.cluster.launchers.LaunchSpec of these settings."""
+        from ddlstudy.cluster.launchers import launch_spec
+
+        return launch_spec(self.launcher, self.hosts, self.ifname, self.controller_ip,
+                           self.remote_python, self.env, self.ssh_args, self.launcher_args)
+
+    def cluster_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ddlstudy.cluster.engines.Cluster."""
+        kwargs: dict[str, Any] = {"workers": self.workers, "profile": self.profile,
+                                  "start_timeout_s": self.start_timeout_s,
+                                  "collective_timeout_s": self.collective_timeout_s}
+        if self.launcher != "local":
+            kwargs["launch"] = self.launch_spec()
+        return kwargs
 
 
 class DataParams(_Section):
@@ -584,9 +623,11 @@ class StudyParams(_Section):
                     *self.network.workers,
                     *(w + self.training.servers_for(s) for w in self.training.workers
                       for s in self.training.strategies)])
-        if need > self.cluster.workers:
+        have = self.cluster.launch_spec().slots or self.cluster.workers  # hosts' slots, if any
+        if need > have:
             raise ValueError(f"the grid needs {need} engines but cluster.workers is "
-                             f"{self.cluster.workers}")
+                             f"{self.cluster.workers}" if have == self.cluster.workers else
+                             f"the grid needs {need} engines but cluster.hosts hold {have}")
         return self
 
     def digest(self) -> str:

@@ -1,0 +1,201 @@
+"""The README's numbers, generated from the committed reference records (never typed by hand).
+
+`python -m ddlstudy.report.readme` rewrites the blocks between `<!-- generated:NAME -->` and
+`<!-- end:NAME -->` in README.md and docs/results.md (the answer, the reference table, the
+verdicts, the chapter table) and redraws the README's figure; `--check` exits 1 when the pages
+and the records disagree (tests/test_readme.py checks the same). Each block says where its
+numbers come from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ddlstudy.chapters.registry import chapter_rows
+from ddlstudy.records.store import project_root
+from ddlstudy.registry import markdown_table
+
+EMULATED_03 = "03_ps_vs_ring-emulated-"
+FIGURE = Path("docs/figures/reference-ps-vs-ring.png")
+_BLOCK = re.compile(
+    r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- end:(?P=name) -->)", re.S)
+
+
+def reference_cells(ref: Path) -> pd.DataFrame:
+    """Chapter 03's emulated cells in the reference: one row per (model, strategy, workers)
+    with the median images/sec over its runs and the number of runs."""
+    frames = [pd.read_csv(p / "summary.csv") for p in sorted(ref.glob(f"{EMULATED_03}*"))
+              if (p / "summary.csv").exists()]
+    if not frames:
+        raise FileNotFoundError(f"no {EMULATED_03}*/summary.csv under {ref}: run `make reference`")
+    df = pd.concat(frames, ignore_index=True)
+    df = df[df["error"].isna() | (df["error"].astype(str) == "")]
+    return (df.groupby(["model", "strategy", "workers", "network"], as_index=False)
+              .agg(images_per_sec=("images_per_sec_cluster", "median"),
+                   runs=("images_per_sec_cluster", "size")))
+
+
+def provenance(ref: Path) -> str:
+    """When, where and by which code the reference cells were measured (from their meta.json)."""
+    metas = [json.loads((p / "meta.json").read_text())
+             for p in sorted(ref.glob(f"{EMULATED_03}*")) if (p / "meta.json").exists()]
+    days = sorted({m["created"][:10] for m in metas})
+    shas = sorted({m["git_sha"][:7] + ("+dirty" if m["git_sha"].endswith("+dirty") else "")
+                   for m in metas})
+    hosts = sorted({f"{m['host']['hostname']} ({m['host']['cpu_count']} cores)" for m in metas})
+    return (f"`results/reference`, measured {', '.join(days)} on {', '.join(hosts)}, "
+            f"code {', '.join(shas)}")
+
+
+def _range(values: pd.Series, fmt: str = ".0f") -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+
+
+def ratio_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per model: PS images/sec across worker counts, ring at its smallest and largest
+    multi-worker count, and ring / PS at the largest count both strategies ran."""
+    rows = []
+    for model, m in cells.groupby("model", sort=True):
+        ps = m[m["strategy"] == "ps_sync"].set_index("workers")["images_per_sec"]
+        ring = m[(m["strategy"] == "allreduce") & (m["workers"] > 1)].set_index("workers")[
+            "images_per_sec"]
+        if ps.empty or ring.empty:
+            continue
+        top = max(set(ps.index) & set(ring.index))
+        rows.append({"model": model, "PS img/s (1-6 workers)": _range(ps),
+                     "ring img/s": f"{ring.iloc[0]:.0f} -> {ring.iloc[-1]:.0f} "
+                                   f"({ring.index[0]} -> {ring.index[-1]} workers)",
+                     f"ring / PS at {top}": f"{ring[top] / ps[top]:.1f}",
+                     "runs per cell": _range(m["runs"], ".0f")})
+    return pd.DataFrame(rows)
+
+
+def answer(ref: Path) -> str:
+    """The study's answer in one paragraph, every number computed from the reference cells."""
+    cells = reference_cells(ref)
+    table = ratio_table(cells)
+    ratio_col = next(c for c in table.columns if c.startswith("ring / PS"))
+    ratios = table[ratio_col].astype(float)
+    spread, growth = [], []
+    for _, m in cells.groupby("model"):
+        ps = m[m["strategy"] == "ps_sync"]["images_per_sec"]
+        ring = m[(m["strategy"] == "allreduce") & (m["workers"] > 1)].sort_values("workers")
+        spread.append(ps.max() / ps.min() - 1)
+        growth.append((ring["images_per_sec"].iloc[-1] / ring["images_per_sec"].iloc[0],
+                       int(ring["workers"].iloc[0]), int(ring["workers"].iloc[-1])))
+    net = ", ".join(sorted(cells["network"].astype(str).unique()))
+    runs = int(cells["runs"].max())
+    lo_w, hi_w = growth[0][1], growth[0][2]
+    g = [x[0] for x in growth]
+    return (
+        f"On emulated {net}-like links (rate scaled x0.01, an H100's compute replayed, one GPU "
+        f"per node, no latency added), the one-server parameter server's images/sec moved by "
+        f"at most {max(spread):.0%} between 1 and 6 workers for each of {len(table)} models, "
+        f"while ring all-reduce grew {min(g):.2f}-{max(g):.2f}x from {lo_w} to {hi_w} workers "
+        f"(ideal: {hi_w / lo_w:.1f}x); at {ratio_col.split()[-1]} workers the ring delivered "
+        f"{ratios.min():.1f}-{ratios.max():.1f}x the parameter server's images/sec. "
+        + (f"Each cell is {runs} run{'s' if runs > 1 else ''}, so this table claims no "
+           "interval; chapter 99 decides a claim only from >= 5 independent runs. "
+           if runs < 5 else "")
+        + f"Source: {provenance(ref)}.")
+
+
+def verdicts(ref: Path) -> str:
+    """Per paper: how many claims chapter 99 finds, and how they are decided on the reference."""
+    from ddlstudy.claims.engine import claims_table
+
+    claims = claims_table(ref)
+    verdict = claims["verdict"].astype(str)
+    kind = verdict.str.extract(r"^(agrees|differs|inconclusive|not measured)", expand=False)
+    claims = claims.assign(decided=kind.fillna("other"))
+    counts = (claims.groupby(["paper", "decided"]).size().unstack(fill_value=0)
+              .reindex(columns=["agrees", "differs", "inconclusive", "not measured"],
+                       fill_value=0))
+    counts.insert(0, "claims", counts.sum(axis=1))
+    rows = [{"paper": p, **{k: int(v) for k, v in r.items()}} for p, r in counts.iterrows()]
+    return (markdown_table(rows) + "\nFrom `python -m ddlstudy.conclusions table "
+            "results/reference` (chapter 99's engine over the committed reference records).\n")
+
+
+def figure(ref: Path, root: Path) -> Path:
+    """Images/sec vs workers, PS vs ring, one panel per model, from the reference cells."""
+    from ddlstudy.analysis import plots
+
+    cells = reference_cells(ref).rename(columns={"images_per_sec": "images_per_sec_cluster"})
+    fig = plots.throughput_vs_workers(
+        cells.assign(images_per_sec=cells["images_per_sec_cluster"]),
+        title="PS vs ring all-reduce, emulated 10GbE-like links, H100 compute replayed "
+              "(results/reference)")
+    out = root / FIGURE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90, bbox_inches="tight")
+    return out
+
+
+BLOCKS: dict[str, Callable[[Path], str]] = {
+    "answer": lambda ref: answer(ref) + "\n",
+    "reference": lambda ref: markdown_table(ratio_table(reference_cells(ref)).to_dict("records"))
+    + f"\n{provenance(ref)}; images/sec are cluster-equivalent (x the time dilation).\n",
+    "verdicts": verdicts,
+    "chapters": lambda ref: markdown_table(chapter_rows()),
+}
+
+
+def render(text: str, ref: Path, only: Sequence[str] = ()) -> str:
+    """README text with every generated block recomputed from `ref`."""
+    def fill(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in BLOCKS or (only and name not in only):
+            return m.group(0)
+        return m.group(1) + BLOCKS[name](ref) + m.group(4)
+
+    return _BLOCK.sub(fill, text)
+
+
+PAGES = ("README.md", "docs/results.md")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.report.readme",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when README.md / docs/results.md differ from the records")
+    parser.add_argument("--reference", default="results/reference")
+    parser.add_argument("--no-figure", action="store_true")
+    args = parser.parse_args(argv)
+    root = project_root()
+    ref = root / args.reference
+    stale = []
+    for page in PAGES:
+        path = root / page
+        try:
+            new = render(path.read_text(), ref)
+        except FileNotFoundError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if new != path.read_text():
+            stale.append(page)
+            if not args.check:
+                path.write_text(new)
+    if args.check:
+        if stale:
+            print(f"{', '.join(stale)} out of date with {args.reference}: run "
+                  "`python -m ddlstudy.report.readme`", file=sys.stderr)
+            return 1
+        return 0
+    if not args.no_figure:
+        print(f"wrote {figure(ref, root).relative_to(root)}")
+    print(f"regenerated from {args.reference}: {', '.join(stale) or 'nothing changed'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The README states the answer the committed records give: its generated blocks match
+`results/reference`, it stays short, and a changed record makes the check fail."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from ddlstudy.report import readme
+
+REPO = Path(__file__).resolve().parents[1]
+REF = REPO / "results" / "reference"
+
+
+def test_readme_and_results_page_match_the_reference_records():
+    for page in readme.PAGES:
+        text = (REPO / page).read_text()
+        assert "<!-- generated:answer -->" in text
+        assert readme.render(text, REF) == text, (
+            f"{page} is out of date with results/reference: run python -m ddlstudy.report.readme")
+
+
+def test_readme_is_short_and_has_its_figure():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200
+    assert (REPO / readme.FIGURE).exists()
+
+
+def test_a_changed_record_changes_the_answer(tmp_path):
+    ref = tmp_path / "reference"
+    for folder in REF.glob(f"{readme.EMULATED_03}*"):
+        shutil.copytree(folder, ref / folder.name, ignore=shutil.ignore_patterns("runs"))
+    before = readme.answer(ref)
+    summary = ref / f"{readme.EMULATED_03}resnet50" / "summary.csv"
+    df = pd.read_csv(summary)
+    ring = (df["strategy"] == "allreduce") & (df["workers"] == 6)
+    df.loc[ring, "images_per_sec_cluster"] *= 3
+    df.to_csv(summary, index=False)
+    after = readme.answer(ref)
+    assert before != after
+    text = (REPO / "README.md").read_text()
+    assert readme.render(text, ref, only=["answer"]) != text
+
+
+def test_chapter_table_lists_every_registered_chapter():
+    from ddlstudy.chapters.registry import CHAPTER_NAMES
+
+    table = readme.BLOCKS["chapters"](REF)
+    assert all(f"`{name}`" in table for name in CHAPTER_NAMES)

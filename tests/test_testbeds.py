@@ -1,0 +1,202 @@
+"""Testbeds as data (lib/ddlstudy/testbeds): every testbed loads, every number carries a source,
+conversions agree, each paper has a testbed, and the published points are enough to validate a
+step model against (>= 8 points from >= 3 sources). Fast and torch-free."""
+
+from __future__ import annotations
+
+import ast
+import csv
+from pathlib import Path
+
+import pytest
+
+from ddlstudy.testbeds import catalog as tb
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "lib" / "ddlstudy"
+# The five papers, named as the claim engine names them (claims/engine.py).
+PAPERS = {"Shi 2019", "Fourie 2019", "Malik 2018", "Pani", "Wang (NCHC)"}
+
+
+def _catalog_file() -> Path:
+    """The model/shape registry, before or after the move to workload/catalog.py."""
+    for rel in ("workload/catalog.py", "workloads.py"):
+        if (PKG / rel).exists():
+            return PKG / rel
+    pytest.fail("no model registry (workload/catalog.py or workloads.py) under lib/ddlstudy")
+
+
+def _first_str_args(path: Path, callees: set[str]) -> set[str]:
+    """First string argument of every call to one of `callees` (a name or an attribute)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            f = node.func
+            name = getattr(f, "id", None) or getattr(f, "attr", "")
+            if name in callees and isinstance(node.args[0].value, str):
+                found.add(node.args[0].value)
+    return found
+
+
+@pytest.fixture(scope="module")
+def study_models() -> set[str]:
+    models = _first_str_args(_catalog_file(), {"_model", "ModelSpec"})
+    assert {"resnet50", "vgg16"} <= models, f"could not read the model names: {models}"
+    return models
+
+
+@pytest.fixture(scope="module")
+def study_shapes() -> set[str]:
+    shapes = _first_str_args(_catalog_file(), {"ShapeSpec"})
+    assert "imagenet" in shapes, f"could not read the shape names: {shapes}"
+    return shapes
+
+
+def test_every_testbed_loads():
+    assert len(tb.names()) >= 8
+    for name in tb.names():
+        t = tb.testbed(name)
+        assert t.name == name and t.paper and t.device.value and t.device.source
+        assert isinstance(t.gpus_per_node.value, int) and t.gpus_per_node.value >= 1
+        if t.intra_node.kind != "none" and t.intra_node.rate_Bps is None:
+            assert t.intra_node.note, f"{name}: an intra-node link without a rate says why"
+        elif t.intra_node.kind != "none":
+            assert t.intra_node.rate_Bps > 1e9, name  # bytes/s
+        if t.inter_node.kind != "none":
+            assert t.inter_node.rate_bps and t.inter_node.rate_bps >= 1e9, name  # bits/s
+            assert t.inter_node.latency_s and 1e-7 < t.inter_node.latency_s < 1e-3, name
+        assert t.compute or t.compute_table_file or t.paper in {"Fourie 2019", "Pani"}, name
+
+
+def _walk(node, where: str):
+    if isinstance(node, dict):
+        yield where, node
+        for k, v in node.items():
+            yield from _walk(v, f"{where}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{where}[{i}]")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def test_every_number_has_a_source():
+    missing, unexplained = [], []
+    for t in tb.testbeds():
+        for where, d in _walk(t.raw, t.name):
+            if any(_is_number(v) for v in d.values()) and not str(d.get("source", "")).strip():
+                missing.append(where)
+            if d.get("assumed") and not str(d.get("why", "")).strip():
+                unexplained.append(where)
+    assert not missing, f"numbers without a source: {missing}"
+    assert not unexplained, f"'assumed' without a 'why': {unexplained}"
+
+
+def test_conversions_are_consistent():
+    for t in tb.testbeds():
+        for r in t.compute:
+            assert r.images_per_sec, f"{t.name}/{r.model}: a published row needs images_per_sec"
+            assert abs(r.step_s * r.images_per_sec - r.batch_size) < 1e-9, (t.name, r)
+            assert "step_s = batch_size / images_per_sec" in r.conversion, (t.name, r.model)
+        for row in tb.compute_table(t.name):
+            assert abs(row["compute_s_p50"] * row["images_per_sec"] - row["batch_size"]) < 1e-9
+
+
+def test_link_units_are_plausible():
+    """Intra-node rates are bytes/s (PCIe 3.0 x16 ~15.75e9 .. NVLink 4 450e9); inter-node bits/s."""
+    pcie3 = 8e9 * 16 * 128 / 130 / 8
+    for t in tb.testbeds():
+        if t.intra_node.kind.startswith("PCIe 3.0 x16"):
+            assert t.intra_node.rate_Bps == pytest.approx(pcie3)
+        if t.intra_node.rate_Bps:
+            assert 1e10 <= t.intra_node.rate_Bps <= 1e12, t.name
+        if t.inter_node.rate_bps:
+            assert 1e9 <= t.inter_node.rate_bps <= 1e12, t.name
+
+
+def test_profiles_agree_with_the_study_network_profiles():
+    """A link naming one of the study's network profiles carries that profile's rate and latency
+    (read from network/profiles.py by parsing, not importing)."""
+    path = PKG / "network" / "profiles.py"
+    if not path.exists():
+        pytest.skip("no network/profiles.py in this layout")
+    profiles = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Profile"
+                and len(node.args) >= 3):
+            name, rate, lat = (ast.literal_eval(a) for a in node.args[:3])
+            profiles[name] = (rate, lat)
+    if not profiles:
+        pytest.skip("network/profiles.py no longer lists Profile(name, rate, latency, ...) calls")
+    used = [t for t in tb.testbeds() if t.inter_node.profile]
+    assert used
+    for t in used:
+        assert t.inter_node.profile in profiles, (t.name, t.inter_node.profile)
+        rate, lat = profiles[t.inter_node.profile]
+        assert t.inter_node.rate_bps == pytest.approx(rate), t.name
+        assert t.inter_node.latency_s == pytest.approx(lat), t.name
+
+
+def test_every_paper_has_a_testbed():
+    papers = {t.paper for t in tb.testbeds()}
+    assert PAPERS <= papers, f"papers without a testbed: {PAPERS - papers}"
+    assert "today" in papers
+    assert all(t.paper in PAPERS | {"today"} for t in tb.testbeds())
+
+
+def test_paper_testbeds_say_what_the_papers_say():
+    shi = tb.testbed("shi2019")
+    assert shi.gpus_per_node.value == 1 and shi.framework["batch_per_worker"] == 32
+    for name, rate in [("wang_nchc_ib", 1e11), ("wang_nchc_10gbe", 1e10)]:
+        w = tb.testbed(name)
+        assert w.gpus_per_node.value == 8 and w.nodes.value * w.gpus_per_node.value == 64
+        assert w.inter_node.rate_bps == rate
+    assert tb.testbed("wang_nchc_ib").inter_node.node_rate_bps == 4e11
+    assert {t.device.value for t in tb.testbeds("Malik 2018")} == {"NVIDIA Tesla K80",
+                                                                   "NVIDIA Tesla P100"}
+    assert tb.testbed("today_h100x8_400g").inter_node.node_rate_bps == 8 * 400e9
+
+
+def test_compute_tables_read_like_replay_tables(tmp_path, study_models, study_shapes):
+    for t in tb.testbeds():
+        rows = tb.compute_table(t.name)
+        for row in rows:
+            assert set(tb.REPLAY_COLUMNS) <= set(row), t.name
+            assert row["model"] in study_models, (t.name, row["model"])
+            assert row["shape"] in study_shapes, (t.name, row["shape"])
+            assert row["compute_s_p50"] > 0 and row["source"], (t.name, row["model"])
+    out = tb.write_compute_table("shi2019", tmp_path / "shi2019.csv")
+    with out.open(newline="") as f:
+        back = list(csv.DictReader(f))
+    assert {"model", "shape", "batch_size", "compute_s_p50"} <= set(back[0])
+    assert len(back) == len(tb.testbed("shi2019").compute)
+    h100 = tb.compute_table("today_h100x8_400g")
+    assert h100 and all(r["device_name"].startswith("NVIDIA H100") for r in h100)
+
+
+def test_unknown_testbed_names_the_known_ones():
+    with pytest.raises(ValueError) as e:
+        tb.testbed("wang_nchc")
+    msg = str(e.value)
+    assert "\n" not in msg and "wang_nchc_ib" in msg and "shi2019" in msg
+
+
+def test_published_points_are_enough_and_sourced(study_models):
+    points = tb.published_points()
+    usable = tb.published_points(study_models_only=True)
+    assert len(usable) >= 8, len(usable)
+    assert len({p.source_key for p in usable}) >= 3, {p.source_key for p in usable}
+    assert len({p.point_id for p in points}) == len(points), "duplicate point_id"
+    for p in points:
+        assert p.citation and p.locator, p.point_id
+        assert p.metric in tb.METRICS and p.value > 0, p.point_id
+        assert p.strategy in {"ps", "allreduce"}, p.point_id
+        assert p.gpus >= 1 and p.gpus_per_node >= 1 and p.batch_per_gpu >= 1, p.point_id
+        assert not p.study_model or p.study_model in study_models, p.point_id
+        eff = p.scaling_efficiency
+        assert eff is None or 0 < eff <= 1.05, (p.point_id, eff)
+    wang = {p.point_id: p.value for p in tb.published_points("wang_nchc")}
+    assert wang == {"wang_nchc_resnet50_64gpu_ib": 0.89, "wang_nchc_resnet50_64gpu_10gbe": 0.65}
+    assert any(p.gpus > p.gpus_per_node and p.network_bps for p in usable), "no multi-node point"
