@@ -1,0 +1,181 @@
+"""The claim record, what a claim's measurement returns, and the reader a claim reads through.
+
+A `Claim` is data: the paper's words (quote, location, conditions), the quantity that tests
+exactly that, its kind and margins (fixed here, before any run, with the reasoning beside
+them), the chapter tables it reads, and `measure`: a function from a `Records` reader to one
+`Measurement` per row (a model, a profile). The engine (`ddlstudy.claims.engine`) turns each
+measurement into a claims.csv row with `ddlstudy.analysis.inference.verdict`.
+
+The unit of every interval is the independent run: a measurement's values are one per run
+(`runs` below: one value per `repeat` or `seed` of a cell), never timed chunks or steps.
+A quantity built from several cells (a speed-up: the N-worker cell over the 1-worker cell) is
+formed run by run (`per_run`): run r of each cell is an independent run, so the composites of
+different r are independent too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+Folders = dict[str, list[str]]
+EMULATED_03 = "03_ps_vs_ring-emulated"
+# Until the testbeds exist (see the testbeds issue), every emulated number is H100 compute
+# replayed onto shaped links, each worker a process standing in for one GPU node.
+TESTBED_EMULATED = "emulated H100 replay / one GPU per node"
+TESTBED_HOST = "one host (CPU; workers share its cores)"
+TESTBED_NONE = "none: not measured"
+NOT_MEASURED, SET_BY_CONFIG = "not measured", "set by configuration"
+KINDS = ("direction", "equivalence", "magnitude")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row's data: `a` (and `b` for a ratio a / b of two independent groups), one value per
+    independent run. `missing` (not measured: why, and which command measures it) or `fixed`
+    (set by configuration: why) instead of values draws no verdict."""
+
+    label: str
+    a: tuple[float, ...] = ()
+    b: tuple[float, ...] | None = None
+    source: str = ""
+    testbed: str = TESTBED_EMULATED
+    chapter: str = ""
+    note: str = ""
+    missing: str = ""
+    fixed: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of one paper, as the paper states it, and how the study tests it.
+
+    `kind`: 'direction' (the quantity is above / below `no_effect`: `direction` 'greater' or
+    'less'), 'equivalence' (within [margin_low, margin_high], TOST) or 'magnitude' (a stated
+    number, within [margin_low, margin_high] around it). For a direction claim the margins are
+    the claimed side of `no_effect` (reported, not used). `reasoning`: why these margins, from
+    the paper's words. `reads`: (chapter, table) pairs, checked against the chapter registry.
+    `measure` None: the study has no chapter for it; `needs` says what is missing.
+    """
+
+    paper: str
+    id: str
+    claim: str
+    quote: str
+    location: str
+    conditions: str
+    quantity: str
+    kind: str
+    no_effect: float
+    margin_low: float
+    margin_high: float
+    reasoning: str
+    reads: tuple[tuple[str, str], ...] = ()
+    measure: Callable[[Records], list[Measurement]] | None = None
+    direction: str = "greater"
+    needs: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.id}: kind {self.kind!r} not in {KINDS}")
+        if self.measure is None and not self.needs:
+            raise ValueError(f"{self.id}: a claim without `measure` must say what it `needs`")
+
+
+def side(no_effect: float, direction: str = "greater") -> tuple[float, float]:
+    """A direction claim's margins: the claimed side of `no_effect`."""
+    return (no_effect, math.inf) if direction == "greater" else (0.0, no_effect)
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows without an error and not CPU-bound, each with integer `repeat` and `seed`."""
+    if df.empty:
+        return df
+    if "error" in df:
+        err = df["error"]
+        df = df[~(err.notna() & (err.astype(str) != "") & (err.astype(str) != "nan"))]
+    if "cpu_bound" in df:  # the host, not the emulated link, set these cells' pace
+        df = df[~df["cpu_bound"].fillna(False).astype(bool)]
+    for key in ("repeat", "seed"):
+        df = df.assign(**{key: df[key].fillna(0).astype(int) if key in df else 0})
+    return df
+
+
+@dataclass
+class Records:
+    """A run folder's tables for one claim: only the (chapter, table) pairs it declares.
+
+    `fallback`: chapters read from the committed reference run (results/reference) when this
+    run did not run them (`label` then names the reference run)."""
+
+    run_dir: Path
+    folders: Folders
+    reads: tuple[tuple[str, str], ...]
+    fallback: tuple[str, ...] = ("07_frameworks",)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def table(self, chapter: str, name: str) -> pd.DataFrame:
+        """The chapter's `name` table over its folders, cleaned (`_ok`); empty if none.
+        KeyError for a table the claim does not declare."""
+        if (chapter, name) not in self.reads:
+            raise KeyError(f"({chapter!r}, {name!r}) is not among the claim's declared reads")
+        if chapter not in self.folders and chapter in self.fallback and name == "summary":
+            from ddlstudy.records import reference
+
+            cells = reference.load(chapter)
+            self.labels[chapter] = reference.label(cells)
+            if "profile" not in cells and "network" in cells:  # a cell's own summary
+                cells = cells.assign(profile=cells["network"])
+            return _ok(cells)
+        frames = [pd.read_csv(p) for f in self.folders.get(chapter, [])
+                  if (p := self.run_dir / f / f"{name}.csv").exists()]
+        frames = [f for f in frames if not f.empty]
+        return _ok(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+
+    def source(self, chapter: str, what: str) -> str:
+        """`what`, prefixed by the reference run's label when the chapter came from it."""
+        return f"{self.labels[chapter]}; {what}" if chapter in self.labels else what
+
+    def missing(self, chapter: str, needs: str) -> str:
+        """'not measured: ...' naming the chapter, what it lacks and how to measure it."""
+        if chapter not in self.folders and chapter not in self.labels:
+            base = chapter.split("-")[0]
+            return (f"not measured: chapter {chapter} is not in this run's report.chapters; "
+                    f"needs {needs} (name {base} in the params' report.chapters and run `ddlstudy "
+                    "report --params ... --out DIR`)")
+        return f"not measured: {chapter} has no usable records: needs {needs}"
+
+
+def runs(df: pd.DataFrame, column: str, key: str = "repeat", **where: object) -> pd.Series:
+    """`column` of the rows matching `where`, one value per independent run (`key`)."""
+    sel = df
+    for k, v in where.items():
+        if k not in sel:
+            return pd.Series(dtype=float)
+        sel = sel[sel[k] == v]
+    if sel.empty or column not in sel:
+        return pd.Series(dtype=float)
+    return sel.groupby(key)[column].median().astype(float)
+
+
+def per_run(fn: Callable[..., pd.Series], *series: pd.Series) -> tuple[float, ...]:
+    """fn(*series) on the runs every series has, finite and positive values only."""
+    if any(s.empty for s in series):
+        return ()
+    common = series[0].index
+    for s in series[1:]:
+        common = common.intersection(s.index)
+    out = fn(*(s.loc[common] for s in series))
+    vals = np.asarray(out, dtype=float)
+    return tuple(float(v) for v in vals[np.isfinite(vals) & (vals > 0)])
+
+
+def values(s: pd.Series) -> tuple[float, ...]:
+    """A per-run series as a tuple of its finite positive values."""
+    vals = s.to_numpy(float)
+    return tuple(float(v) for v in vals[np.isfinite(vals) & (vals > 0)])
