@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -175,27 +176,32 @@ def test_tf_synchronous_matches_single_process(strategy: str, tf_run) -> None:
         assert res.row["servers"] == 1 and res.row["staleness_max"] == 0
 
 
-def test_tf_ps_async_updates_are_stale(tf_run) -> None:
+def test_tf_ps_async_updates_are_stale(tf_run, tmp_path) -> None:
+    """Staleness is made to happen, not hoped for: each closure waits a replayed 0.6 s between
+    reading the variables and applying its update, and the coordinator hands the two workers
+    their closures at once, so one worker's update lands inside the other's window (on an idle
+    host as on a loaded one, where a tiny model's closures could run one after another)."""
     _needs("tf_ps_async")
     from ddlstudy.cluster.engines import ClusterError
 
+    table = tmp_path / "slow.csv"
+    pd.DataFrame([{"model": "mlp", "shape": "mnist", "batch_size": 4,
+                   "compute_s_p50": 0.6}]).to_csv(table, index=False)
+    slow = dict(steps=3, shape="mnist", num_classes=10, compute="replay",
+                replay_source=str(table))
     try:
-        res = tf_run("tf_ps_async", steps=6)
+        res = tf_run("tf_ps_async", **slow)
     except ClusterError as err:
         # Seen once in three full-suite runs: the coordinator's first remote call failed with
         # gRPC "Unable to parse request", the status a gRPC server cancels a call with when
         # the request's payload is absent or does not parse as the method's message (grpc
         # ServerInterface::PayloadAsyncRequest::FinalizeResult in grpcpp/server_interface.h, a
-        # header TF compiles in): a call cut off in transit or bytes that were not this
-        # cluster's. Ruled out: ports from the ephemeral range
-        # (frameworks.free_port now probes below it) and two servers sharing a port (TF binds
-        # without SO_REUSEPORT unless TF_GRPC_REUSE_PORT is set: a second bind fails loudly).
-        # Not reproduced here, so the cause is open and the one fresh retry stays (on fresh
-        # engines); the warning keeps the full error in the test summary for the next look.
+        # header TF compiles in). Not reproduced here, so the cause is open and the one fresh
+        # retry stays (on fresh engines); the warning keeps the full error for the next look.
         if "Unable to parse request" not in str(err):
             raise
         warnings.warn(f"tf_ps_async retried on fresh engines after: {err}", stacklevel=1)
-        res = tf_run("tf_ps_async", steps=6)
+        res = tf_run("tf_ps_async", **slow)
     assert res.row["images_per_sec"] > 0 and res.row["servers"] == 1
     assert res.row["staleness_max"] > 0, res.steps["staleness"].tolist()
 

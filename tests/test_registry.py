@@ -282,3 +282,29 @@ def test_docs_strategy_example_trains_and_is_seen_everywhere(cluster: Cluster) -
     assert "weight_average" not in params.STRATEGY_NAMES
     with pytest.raises(ValueError, match="unknown strategy"):
         TrainConfig(strategy="weight_average").validate()
+
+
+def test_docs_chapter_example_registers_everywhere(tmp_path: Path) -> None:
+    """The worked chapter example: registered, it validates in params, shows in the README's
+    chapter table and summarises a folder from its table; unregistered, it is gone."""
+    import sys
+    import types
+
+    from ddlstudy.chapters.registry import CHAPTERS, get_chapter, table_known
+    from ddlstudy.report import readme
+
+    module = types.ModuleType("latency_example")
+    sys.modules["latency_example"] = module
+    exec(_doc_block("A chapter"), module.__dict__)
+    try:
+        assert params.ReportParams(chapters=["11_latency"]).chapters == ["11_latency"]
+        assert "`11_latency`" in readme.BLOCKS["chapters"](tmp_path)
+        assert table_known("11_latency", "latency") and not table_known("11_latency", "other")
+        (tmp_path / "latency.csv").write_text("bytes,p50_us\n8,30.5\n1024,41.0\n")
+        assert get_chapter("11_latency").summarize(tmp_path) == \
+            "Lowest median latency: 30.5 us at 8 bytes."
+    finally:
+        CHAPTERS.unregister("11_latency")
+        sys.modules.pop("latency_example", None)
+    with pytest.raises(ValueError, match="chapter"):
+        params.ReportParams(chapters=["11_latency"])
