@@ -326,3 +326,40 @@ def throughput_with_excluded(summary: pd.DataFrame, title: str = "",
                        label="CPU-bound (excluded)")
             ax.legend(loc="best", fontsize=8)
     return fig
+
+
+# ----------------------------------------------------------------------------- chapter 08
+def convergence_curves(part: pd.DataFrame, time_label: str, title: str = "") -> Figure:
+    """Test accuracy and training loss per epoch, and accuracy per second of `wall_s`, one line
+    per strategy (median over seeds, 95 % bootstrap band of the median)."""
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    for ax, (x, y) in zip(axes, [("epoch", "test_accuracy"), ("epoch", "train_loss"),
+                                 ("wall_s", "test_accuracy")], strict=True):
+        sns.lineplot(data=part, x=x, y=y, hue="strategy", style="strategy", markers=True,
+                     estimator="median", errorbar=("ci", 95), ax=ax,
+                     err_kws={"alpha": 0.15}, legend=ax is axes[0])
+        ax.set_xlabel(time_label if x == "wall_s" else "epoch")
+    fig.suptitle(title, y=1.03)
+    fig.subplots_adjust(wspace=0.3)
+    return fig
+
+
+def staleness_shares(shares: pd.DataFrame, title: str = "") -> Figure:
+    """Share of async PS updates at each staleness, one bar colour per worker count."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    sns.barplot(data=shares, x="staleness", y="share", hue="workers", ax=ax)
+    ax.set_ylabel("share of updates")
+    ax.set_title(title)
+    return fig
+
+
+def bracketing_accuracy(per_alg: pd.DataFrame, title: str = "") -> Figure:
+    """Final test accuracy per all-reduce algorithm: median and its interval as error bars."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    ax.errorbar(per_alg["algorithm"], per_alg["test_accuracy"],
+                yerr=[per_alg["test_accuracy"] - per_alg["test_accuracy_ci_low"],
+                      per_alg["test_accuracy_ci_high"] - per_alg["test_accuracy"]],
+                fmt="o", capsize=4)
+    ax.set_ylabel("final test accuracy")
+    ax.set_title(title, fontsize=9)
+    return fig
