@@ -71,9 +71,11 @@ def _same_config(stored: Any, config: TrainConfig, any_code: bool) -> bool:
 
 
 def repeat_dir(out: Path, config: TrainConfig, repeat: int, repeats: int) -> Path:
-    """A cell's folder for one repeat: <label>/ alone, <label>/r<k>/ when repeated."""
+    """A cell's folder for one repeat: the first run in <label>/ itself, run k >= 1 in
+    <label>/r<k>/. So a grid run once and later given more repeats keeps its first runs as
+    repeat 0 and adds the others beside them (how results/reference gains independent runs)."""
     folder = cell_dir(out, config)
-    return folder if repeats == 1 else folder / f"r{repeat}"
+    return folder if repeat == 0 else folder / f"r{repeat}"
 
 
 def interleaved(items: Sequence[Any], repeats: int) -> list[tuple[int, Any]]:
