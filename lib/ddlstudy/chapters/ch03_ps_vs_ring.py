@@ -1,0 +1,262 @@
+"""Chapter 03 (PS vs ring): one model's training grid over strategies and worker counts, on
+this host or on emulated links with compute replayed (Shi 2019 Figs 4.1-4.4).
+
+`plan` settles the parameters (the emulated section's own defaults, the run folder named by the
+chapter registry, whether emulation works here), `run` runs the grid (or loads the committed
+reference cells where it cannot, never as if measured now), and `text` says what the records
+show, with the ring / PS comparison's interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ddlstudy.analysis import plots, stats, units
+from ddlstudy.chapters.registry import get_chapter
+from ddlstudy.experiments import grid
+from ddlstudy.network.emulated import netem
+from ddlstudy.records import reference
+from ddlstudy.records import store as records
+from ddlstudy.train.trainer import conditions
+
+CHAPTER = "03_ps_vs_ring"
+SUMMARY_COLUMNS = ["strategy", "workers", "images_per_sec", "images_per_sec_cluster", "speedup",
+                   "efficiency", "step_time_p50_s", "compute_s", "comm_s", "update_s",
+                   "bytes_sent_per_step", "server_bytes_recv_per_step", "cpu_bound", "loss_first",
+                   "loss_last"]
+
+
+@dataclass
+class Plan:
+    """What this notebook run will do: the training section (`T`), the model, the run folder,
+    whether the emulated network is live here (else why not) and the grid of runs."""
+
+    T: Any
+    model: str
+    emulated: bool
+    name: str
+    live: bool
+    why_not: str
+    configs: list[Any]
+
+    @property
+    def notice(self) -> str:
+        """One line when the reference records stand in for a measurement ('' when live)."""
+        if self.live:
+            return ""
+        return (f"Emulated network not available here ({self.why_not}): showing the reference "
+                f"run's records from results/reference/{self.name}, not a measurement on this "
+                "host.")
+
+    def meta(self) -> dict[str, Any]:
+        """The notebook's settings as meta.json records them."""
+        return {"model": self.model, **self.T.model_dump(mode="json")}
+
+    def runs(self) -> pd.DataFrame:
+        """One row per run: its label and how many engines it takes."""
+        return pd.DataFrame([{"run": c.label, "engines": c.world_size} for c in self.configs])
+
+
+def plan(P: Any, model: str | None = None, emulated: bool = False, use_reference: bool = False,
+         **overrides: Any) -> Plan:
+    """The training section with the notebook's non-None overrides on top (the emulated section
+    first lays its own defaults: shaped links, H100 compute replayed), and the grid it asks."""
+    N = P.network
+    if emulated:
+        overrides = {**dict(network=N.chapter03_profile, compute="replay",
+                            replay_source=N.replay_source, workers=N.workers, steps=N.steps,
+                            warmup_steps=N.warmup_steps, algorithm=N.algorithm),
+                     **{k: v for k, v in overrides.items() if v is not None}}
+    T = P.training.model_validate({**P.training.model_dump(),
+                                   **{k: v for k, v in overrides.items() if v is not None}})
+    model = model or T.models[0]
+    name = get_chapter(CHAPTER).folders(*(([], [model]) if emulated else ([model], [])))[0]
+    live, why_not = (True, "") if T.network == "none" else netem.available()
+    if use_reference and T.network != "none":
+        live, why_not = False, "use_reference = True"
+    configs = grid.training_grid(grid.base_config(P, model, T), [model], T.strategies,
+                                 T.workers, servers=T.servers)
+    return Plan(T, model, emulated, name, live, why_not, configs)
+
+
+@dataclass
+class Result:
+    """The grid's summary (speed-up and cpu_bound added), the engines, the links, the configs
+    as run, where the per-run records sit, and the reference label when not measured now."""
+
+    summary: pd.DataFrame
+    engines: pd.DataFrame
+    net: dict[str, Any]
+    configs: list[Any]
+    runs_root: Path
+    ref_label: str = ""
+
+    @property
+    def cond(self) -> str:
+        """Compute mode and links, plus the reference label, for titles and text."""
+        return conditions(self.configs[0], self.net) + (f"; {self.ref_label}"
+                                                        if self.ref_label else "")
+
+    @property
+    def dilated(self) -> bool:
+        return bool(self.configs[0].time_dilation != 1)
+
+    @property
+    def contended(self) -> bool:
+        """Real compute on one CPU host: the workers share its cores."""
+        one_host = (self.engines["host"].nunique() == 1
+                    and self.engines["device"].iloc[0] == "cpu")
+        return bool(one_host and self.configs[0].compute == "real")
+
+    def note(self) -> str:
+        """Title note for contended runs."""
+        return (f" (one host, {self.engines['threads'].iloc[0]} thread(s) per engine: workers "
+                "share the cores)" if self.contended else "")
+
+    def suffix(self) -> str:
+        return f"\n{self.cond}" if self.cond else ""
+
+    def view(self) -> pd.DataFrame:
+        """The summary columns the chapter shows."""
+        return self.summary[SUMMARY_COLUMNS]
+
+
+def run(P: Any, p: Plan, out: Path) -> Result:
+    """Run the grid on (emulated) engines, or load the committed reference cells where the
+    network cannot be built; write `summary`; stop if any run failed."""
+    N = P.network
+    configs, ref_label = p.configs, ""
+    if p.live:
+        with grid.emulated_cluster(p.T.network, grid.engines_needed(configs), N.scale,
+                                   offload_off=not N.offload, profile=P.cluster.profile,
+                                   start_timeout_s=P.cluster.start_timeout_s,
+                                   collective_timeout_s=P.cluster.collective_timeout_s
+                                   ) as cluster:
+            engines = pd.DataFrame(cluster.info())
+            net = cluster.network_info or {"profile": "none"}
+            configs = grid.dilate(configs, cluster)
+            summary = grid.run_grid(cluster, configs, out / "runs",
+                                    repeats=N.repeats if p.emulated else P.repeats)
+        runs_root = out / "runs"
+    else:
+        summary = reference.load(p.name)
+        ref_label = reference.label(summary)
+        assert not summary.empty, f"{ref_label}: no committed cells for {p.name}"
+        summary = summary.assign(error="")
+        engines = pd.DataFrame([{"host": "reference", "device": "replay", "threads": 0}])
+        net = {"profile": str(summary["network"].iloc[0]),
+               "scale": float(summary["network_scale"].iloc[0])}
+        configs = [c.__class__(**{**c.to_dict(), "time_dilation": float(
+            summary["time_dilation"].iloc[0])}) for c in configs]
+        runs_root = reference.reference_dir() / p.name / "runs"
+    failed = summary[summary["error"].fillna("").astype(str) != ""]
+    assert failed.empty, (f"runs failed: "
+                          f"{failed[['strategy', 'workers', 'error']].to_dict('records')}")
+    records.write_table(summary, out, "summary")
+    summary = plots.add_speedup(summary)
+    if "cpu_bound" not in summary:
+        summary["cpu_bound"] = False
+    summary["cpu_bound"] = summary["cpu_bound"].fillna(False).astype(bool)
+    return Result(summary, engines, net, configs, runs_root, ref_label)
+
+
+def throughput_figure(r: Result, model: str, out: Path) -> Figure:
+    """Images/sec (cluster-equivalent when dilated) vs workers, CPU-bound cells marked; saved as
+    `throughput.png`."""
+    shown = (r.summary.assign(images_per_sec=r.summary["images_per_sec_cluster"]) if r.dilated
+             else r.summary)
+    what = "cluster-equivalent images/sec (measured x dilation)" if r.dilated else "images/sec"
+    fig = plots.throughput_with_excluded(
+        shown, f"{model}: {what} vs workers{r.note()}{r.suffix()}")
+    plots.save(fig, out, "throughput")
+    return fig
+
+
+def speedup_figure(r: Result, model: str, out: Path) -> Figure:
+    """Speed-up over 1 worker, saved as `speedup.png`."""
+    fig = plots.speedup_vs_workers(r.summary,
+                                   f"{model}: speed-up over 1 worker{r.note()}{r.suffix()}")
+    plots.save(fig, out, "speedup")
+    return fig
+
+
+def breakdown_figure(r: Result, model: str, out: Path) -> Figure:
+    """Compute / communication / update per step, saved as `breakdown.png`."""
+    fig = plots.step_breakdown(r.summary, f"{model}: where a step's time goes (median per "
+                                          f"worker){r.suffix()}")
+    plots.save(fig, out, "breakdown")
+    return fig
+
+
+def _replay_text(r: Result, model: str) -> str:
+    """How replayed compute was done, and why dilated throughput is cluster-equivalent."""
+    c, net = r.configs[0], r.net
+    return (
+        f"Workers did not compute: each waited {r.summary['replay_s'].iloc[0] * 1e3:.2f} ms "
+        f"(the {c.replay_source} reference for {model}, batch {c.batch_size})"
+        + (f" x {c.time_dilation:g}" if r.dilated else "")
+        + " per step, then sent seeded random gradients of the model's real sizes, so the "
+        "speed-up is set by communication, not by workers sharing this host's cores."
+        + (f" Cluster-equivalent throughput is the measured one x {c.time_dilation:g}: the links "
+           f"run at {net.get('scale')} of {net.get('profile')}'s rate, the waits 1/"
+           f"{net.get('scale')} longer, so the ratio is that of the real cluster." if r.dilated
+           else ""))
+
+
+def _ring_vs_ps(r: Result) -> list[str]:
+    """Ring / PS images/sec at the most workers both ran, over interleaved repeats (else the
+    timed chunks of each cell's one run: ddlstudy.analysis.units); CPU-bound cells left out."""
+    summary = r.summary
+    clean = summary[~summary["cpu_bound"]]
+    lines = []
+    if len(clean) < len(summary):
+        lines.append(f"{(summary['cpu_bound']).sum()} run(s) asked more of this host than its "
+                     "measured aggregate link ceiling (`cpu_bound`, red x): they are shown, not "
+                     "used for the comparison below.")
+    tops = clean.groupby("strategy")["workers"].max()
+    if {"ps_sync", "allreduce"} <= set(tops.index):
+        n = int(min(tops["ps_sync"], tops["allreduce"]))
+        (ring, ps), unit = units.cell_values(clean, units.chunk_rates(r.runs_root),
+                                             [{"strategy": "allreduce", "workers": n},
+                                              {"strategy": "ps_sync", "workers": n}])
+        est = stats.ratio_ci(ring, ps, paired=unit == units.REPEATS and len(ring) == len(ps))
+        lines.append(f"Ring vs PS at {n} workers, over {units.UNIT_NOTE[unit]}: " +
+                     stats.reason(est, 1.0, +1, "ring / PS images/sec", ".2f") + ".")
+    return lines
+
+
+def text(r: Result, p: Plan) -> str:
+    """At the most workers: each strategy's rate, speed-up, efficiency and communication share;
+    the conditions; and the ring / PS ratio with its interval."""
+    summary, net, cond = r.summary, r.net, r.cond
+    top = summary["workers"].max()
+    at_top = summary[summary["workers"] == top].groupby("strategy").median(numeric_only=True)
+    lines = [f"At {top} workers (median of repeats): " + ", ".join(
+        f"{s} {x.images_per_sec:.1f} img/s (speed-up {x.speedup:.2f}, efficiency "
+        f"{x.efficiency:.0%}, communication {x.comm_s / x.step_time_p50_s:.0%} of a step)"
+        for s, x in at_top.iterrows()) + "."]
+    if cond:
+        lines.append(f"Conditions: {cond}.")
+    if r.configs[0].compute == "replay":
+        lines.append(_replay_text(r, p.model))
+    if net.get("profile") not in (None, "none", "loopback"):
+        lines.append("Latency is not emulated (the records say latency_emulated = "
+                     f"{net.get('latency_emulated', False)}): only bandwidth is shaped (tc tbf).")
+    elif net.get("profile") == "loopback":
+        lines.append(f"An emulated {net.get('requested')} network was asked for but cannot be "
+                     f"built here ({net.get('reason')}); the engines ran on loopback, unshaped.")
+    if r.contended:
+        lines.append(
+            "All engines run on one host and share its cores, so adding workers adds compute "
+            "contention as well as communication: the speed-up here is bounded by the core "
+            "count, not by the network. Setting `compute='replay'` and a `network` profile "
+            "(params/emulated.yaml) replays per-step compute from a reference device and shapes "
+            "each worker's link, which is how a cluster of independent accelerators behaves.")
+    if r.ref_label:
+        lines.insert(0, f"**{r.ref_label}** (not measured now: {p.why_not}).")
+    return " ".join(lines + _ring_vs_ps(r))
