@@ -363,3 +363,78 @@ def bracketing_accuracy(per_alg: pd.DataFrame, title: str = "") -> Figure:
     ax.set_ylabel("final test accuracy")
     ax.set_title(title, fontsize=9)
     return fig
+
+
+# ----------------------------------------------------------------------------- chapter 07
+def frameworks_scaling(summary: pd.DataFrame, scaled: pd.DataFrame, titles: dict[str, str],
+                       title: str = "") -> Figure:
+    """Per profile (a row each, `titles`: profile -> panel title): cluster-equivalent
+    images/sec (median and interval over repeats) and scaling efficiency per strategy."""
+    profiles = list(titles)
+    fig, axes = plt.subplots(len(profiles), 2, figsize=(11, 3.6 * len(profiles)), squeeze=False)
+    for (ax_ips, ax_eff), profile in zip(axes, profiles, strict=True):
+        part = summary[summary["profile"] == profile]
+        sns.lineplot(data=part, x="workers", y="images_per_sec_cluster", hue="strategy",
+                     marker="o", ax=ax_ips, **MEDIAN_CI)
+        sns.lineplot(data=scaled[scaled["profile"] == profile], x="workers", y="efficiency",
+                     hue="strategy", marker="o", ax=ax_eff, legend=False)
+        ax_eff.axhline(1.0, color="k", ls=":", lw=1)
+        ax_eff.set_ylim(0, 1.2)
+        ax_eff.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+        ax_ips.set_ylabel("cluster-equivalent images / sec")
+        ax_eff.set_ylabel("scaling efficiency")
+        for ax in (ax_ips, ax_eff):
+            ax.set_xticks(sorted(part["workers"].unique()))
+            ax.set_title(titles[profile], fontsize=9)
+    fig.suptitle(title, y=1.01)
+    fig.tight_layout()
+    return fig
+
+
+def bytes_per_node(at_top: pd.DataFrame, title: str = "") -> Figure:
+    """Bytes each worker sent per step, per strategy and profile (median and interval)."""
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    sns.barplot(data=at_top, x="strategy", y="bytes_sent_per_step", hue="profile", ax=ax,
+                **MEDIAN_CI)
+    ax.set_ylabel("bytes sent per worker per step")
+    ax.set_title(title, fontsize=8)
+    return fig
+
+
+# ----------------------------------------------------------------------------- chapter 05
+def efficiency_by_profile(summary: pd.DataFrame, title: str = "") -> Figure:
+    """Scaling efficiency and cluster-equivalent images/sec against workers, one line per
+    link profile; cells marked `cpu_bound` drawn as red crosses (no verdict on them)."""
+    fig, (ax_eff, ax_ips) = plt.subplots(1, 2, figsize=(11, 3.8))
+    sns.lineplot(data=summary, x="workers", y="efficiency", hue="profile", marker="o", ax=ax_eff)
+    ax_eff.axhline(1.0, color="k", ls=":", lw=1)
+    ax_eff.set_ylim(0, 1.1)
+    ax_eff.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    ax_eff.set_ylabel("scaling efficiency")
+    sns.lineplot(data=summary, x="workers", y="images_per_sec_cluster", hue="profile",
+                 marker="o", ax=ax_ips)
+    ax_ips.set_ylabel("cluster-equivalent images / sec")
+    bad = summary[summary["cpu_bound"]]  # asked more than this host moves: marked, no verdict
+    if len(bad):
+        ax_eff.scatter(bad["workers"], bad["efficiency"], marker="x", s=90, color="red",
+                       zorder=5, label="CPU-bound (excluded)")
+        ax_eff.legend(fontsize=8)
+    fig.subplots_adjust(wspace=0.3)
+    for ax in (ax_eff, ax_ips):
+        ax.set_xticks(sorted(summary["workers"].unique()))
+    fig.suptitle(title, y=1.02)
+    return fig
+
+
+def collectives_on_links(table: pd.DataFrame, title: str = "") -> Figure:
+    """All-reduce on shaped links: measured seconds (points) and the alpha-beta prediction
+    (lines) against bytes per rank, one colour per (algorithm, ranks)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (alg, p), part in table.groupby(["algorithm", "ranks"]):
+        line, = ax.plot(part["size_bytes"], part["predicted_s"], lw=1)
+        ax.scatter(part["size_bytes"], part["measured_s"], color=line.get_color(), s=18,
+                   label=f"{alg}, {p} ranks")
+    ax.set(xscale="log", yscale="log", xlabel="bytes per rank", ylabel="seconds (emulated)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(title, fontsize=9)
+    return fig
