@@ -1,6 +1,6 @@
-"""Chapter 99's framework claims (Malik 2018: Horovod scales almost linearly; Wang (NCHC):
-Horovod ~17 % faster than Distributed TensorFlow) drawn from chapter 07's records: every
-verdict branch on synthetic records (no engines), plus the wire-bytes bookkeeping."""
+"""Chapter 07's bookkeeping behind the framework claims: wire bytes, the recorded Horovod
+settings, resumed profiles. The claims themselves (Malik 2018, Wang (NCHC)) are tested on
+synthetic records in tests/test_conclusions.py and tests/test_claims_engine.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddlstudy.analysis import stats
-from ddlstudy.claims import engine as conclusions
 from ddlstudy.experiments import frameworks as compare
 
 CH = "07_frameworks"
@@ -28,110 +26,6 @@ def _cells(strategy: str, workers: int, rates: list[float], profile: str = "10Gb
            ) -> list[dict]:
     return [{"strategy": strategy, "workers": workers, "repeat": r, "images_per_sec": v,
              "profile": profile, "network": profile} for r, v in enumerate(rates)]
-
-
-def _verdicts(fn, run: Path) -> list[str]:
-    return [row["verdict"] for row in fn(run, FOLDERS)]
-
-
-@pytest.mark.parametrize(("two_workers", "verdict"), [
-    ([196, 197, 195, 198], stats.AGREES),       # efficiency ~0.98, interval above 0.9
-    ([120, 118, 122, 121], stats.DIFFERS),      # ~0.6, interval below 0.9
-    ([130, 230, 150, 210, 180, 175], stats.INCONCLUSIVE),  # spread across 0.9
-])
-def test_malik_horovod_branches(tmp_path: Path, two_workers: list[float], verdict: str) -> None:
-    ones = [100.0] * len(two_workers)
-    _write(tmp_path, _cells("horovod", 1, ones) + _cells("horovod", 2, two_workers))
-    rows = conclusions.malik_horovod(tmp_path, FOLDERS)
-    assert [r["verdict"] for r in rows] == [verdict], rows
-    assert rows[0]["chapter"] == CH and "emulated" in rows[0]["source"]
-    assert rows[0]["no_effect"] == compare.NEAR_LINEAR
-
-
-@pytest.mark.parametrize(("horovod", "tf", "verdict"), [
-    ([200, 205, 198, 202], [150, 152, 149, 151], stats.AGREES),
-    ([100, 101, 99, 100], [150, 152, 149, 151], stats.DIFFERS),
-    ([100, 160, 120, 140], [150, 110, 130, 125], stats.INCONCLUSIVE),
-])
-def test_wang_horovod_vs_tf_branches(tmp_path: Path, horovod: list[float], tf: list[float],
-                                     verdict: str) -> None:
-    _write(tmp_path, _cells("horovod", 2, horovod) + _cells("tf_ps_sync", 2, tf)
-           + _cells("tf_ps_sync", 1, [90.0] * len(tf)))
-    rows = conclusions.wang_horovod_vs_tf(tmp_path, FOLDERS)
-    assert [r["verdict"] for r in rows] == [verdict], rows
-    assert "tf_ps_sync" in rows[0]["quantity"] and "2 workers" in rows[0]["quantity"]
-
-
-@pytest.fixture
-def ref_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty results/reference/ stand-in, so the committed reference cells stay out."""
-    from ddlstudy.records import reference
-
-    root = tmp_path / "reference"
-    monkeypatch.setattr(reference, "reference_dir", lambda: root)
-    return root
-
-
-def _reference_cells(root: Path, rates: dict[tuple[str, int], float]) -> None:
-    """Cells as `make reference` writes them: runs/<profile>/<cell>/ summary, chunks, meta."""
-    from ddlstudy.records import store as records
-
-    for (strategy, workers), rate in rates.items():
-        cell = root / CH / "runs" / "10GbE" / f"{strategy}-x{workers}"
-        row = {"strategy": strategy, "model": "resnet50", "workers": workers,
-               "network": "10GbE", "images_per_sec": rate, "time_dilation": 1.0,
-               "cpu_bound": False, "error": ""}
-        records.write_table(pd.DataFrame([row]), cell, "summary")
-        records.write_table(pd.DataFrame({"chunk": range(4), "images_per_sec": [
-            rate * f for f in (0.99, 1.0, 1.01, 1.0)]}), cell, "chunks")
-        records.write_meta(cell, row, status="ok")
-
-
-@pytest.mark.parametrize(("horovod", "verdict"), [(120.0, stats.AGREES),
-                                                  (80.0, stats.DIFFERS)])
-def test_claims_fall_back_to_the_reference_run(tmp_path: Path, ref_root: Path, horovod: float,
-                                               verdict: str) -> None:
-    """A run without chapter 07 reads the committed reference cells, labelled as such; a run
-    that has the chapter reads its own records only."""
-    _reference_cells(ref_root, {("horovod", 1): 50.0, ("horovod", 2): horovod,
-                                ("tf_ps_sync", 2): 100.0})
-    (row,) = conclusions.wang_horovod_vs_tf(tmp_path, {})
-    assert row["verdict"] == verdict and row["source"].startswith("reference run: ")
-    assert "emulated (10GbE" in row["source"] and "timed chunks" in row["interval"]
-    (row,) = conclusions.malik_horovod(tmp_path, {})  # efficiency horovod/2/50: 1.2 or 0.8
-    assert row["verdict"] == verdict and row["source"].startswith("reference run: ")
-    assert _verdicts(conclusions.wang_horovod_vs_tf, tmp_path) == [stats.NOT_MEASURED]
-
-
-def test_claims_not_measured_without_chapter_07(tmp_path: Path, ref_root: Path) -> None:
-    assert _verdicts(conclusions.malik_horovod, tmp_path) == [stats.NOT_MEASURED]
-    assert _verdicts(conclusions.wang_horovod_vs_tf, tmp_path) == [stats.NOT_MEASURED]
-    rows = conclusions.wang_horovod_vs_tf(tmp_path, {})
-    assert "not in this run's report.chapters" in rows[0]["reason"]
-    # horovod at one worker count only, and no TF: both still not measured, reasons say why
-    _write(tmp_path, _cells("horovod", 2, [100, 101]))
-    assert _verdicts(conclusions.malik_horovod, tmp_path) == [stats.NOT_MEASURED]
-    assert "tf_ps_sync" in conclusions.wang_horovod_vs_tf(tmp_path, FOLDERS)[0]["reason"]
-
-
-def test_single_runs_use_timed_chunks(tmp_path: Path) -> None:
-    """One run per cell (repeats: 1): the interval comes from each run's timed chunks and says
-    so; a loopback profile is labelled as measured on one host."""
-    rows = _cells("horovod", 1, [100.0], "none") + _cells("horovod", 2, [190.0], "none")
-    _write(tmp_path, rows)
-    for row in rows:
-        cell = tmp_path / CH / "runs" / "none" / f"horovod-x{row['workers']}"
-        cell.mkdir(parents=True)
-        pd.DataFrame([{**row, "time_dilation": 1.0, "error": ""}]).to_csv(
-            cell / "summary.csv", index=False)
-        rate = row["images_per_sec"]
-        pd.DataFrame({"chunk": range(6), "images_per_sec": [rate * f for f in
-                                                            (0.99, 1.0, 1.01, 1.0, 0.995,
-                                                             1.005)]}).to_csv(
-            cell / "chunks.csv", index=False)
-    (row,) = conclusions.malik_horovod(tmp_path, FOLDERS)
-    assert row["verdict"] == stats.AGREES and "timed chunks" in row["interval"]
-    assert "loopback" in row["source"]
 
 
 def test_wire_bytes_apply(tmp_path: Path) -> None:

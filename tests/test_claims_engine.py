@@ -1,0 +1,125 @@
+"""Chapter 99's claims as data: every claim, table-driven, on synthetic runs (agrees, differs,
+inconclusive, too few runs, missing input); every claim's words, margins and declared tables;
+the calibration command on a small synthetic spread."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ddlstudy.claims import engine
+from ddlstudy.claims.base import Claim, Measurement
+
+MEASURED = [c for c in engine.CLAIMS if c.measure is not None]
+IDS = [c.id for c in engine.CLAIMS]
+
+
+def _values(claim: Claim, case: str) -> tuple[float, ...]:
+    """Per-run values (7 runs; 3 for 'few') that put the claim's verdict where `case` says."""
+    lo, hi, ne = claim.margin_low, claim.margin_high, claim.no_effect
+    if claim.kind == "direction":
+        up = claim.direction == "greater"
+        inside, outside, edge = (ne * 1.5, ne / 1.5, ne) if up else (ne / 1.5, ne * 1.5, ne)
+    else:
+        inside, outside, edge = math.sqrt(lo * hi), hi * 1.5, hi
+    noise = np.array([0.995, 1.005, 1.0, 0.998, 1.002, 1.001, 0.999])
+    wide = np.array([0.6, 1.6, 0.8, 1.3, 1.0, 0.7, 1.45])
+    centre = {"agrees": inside, "differs": outside, "inconclusive": edge, "few": inside}[case]
+    spread = wide if case == "inconclusive" else noise
+    vals = centre * spread
+    return tuple(vals[:3] if case == "few" else vals)
+
+
+@pytest.mark.parametrize("claim", engine.CLAIMS, ids=IDS)
+@pytest.mark.parametrize(("case", "verdict"), [
+    ("agrees", engine.AGREES), ("differs", engine.DIFFERS),
+    ("inconclusive", engine.INCONCLUSIVE), ("few", engine.INCONCLUSIVE),
+    ("missing", engine.NOT_MEASURED)])
+def test_every_claims_verdict_follows_the_runs(claim: Claim, case: str, verdict: str) -> None:
+    m = (Measurement("x", missing="not measured: synthetic") if case == "missing"
+         else Measurement("x", _values(claim, case)))
+    row = engine._row(claim, m)
+    assert row["verdict"] == verdict, row["reason"]
+    if case == "few":
+        assert row["reason"].startswith("inconclusive: 3 runs (needs 5)")
+    if verdict in (engine.AGREES, engine.DIFFERS):
+        assert row["runs"] >= 5 and row["ci_low"] <= row["value"] <= row["ci_high"]
+        if claim.kind == "direction":
+            assert not row["ci_low"] <= claim.no_effect <= row["ci_high"]
+        elif verdict == engine.AGREES:
+            assert claim.margin_low < row["ci_low"] and row["ci_high"] < claim.margin_high
+
+
+@pytest.mark.parametrize("claim", [c for c in engine.CLAIMS if c.kind != "direction"],
+                         ids=lambda c: c.id)
+def test_a_2x_change_never_agrees_with_an_equivalence_or_magnitude(claim: Claim) -> None:
+    centre = math.sqrt(claim.margin_low * claim.margin_high)
+    vals = tuple(centre * 2 * f for f in (0.99, 1.01, 1.0, 0.995, 1.005, 1.0))
+    assert engine._row(claim, Measurement("x", vals))["verdict"] == engine.DIFFERS
+
+
+def test_two_group_ratio_and_fixed_values() -> None:
+    claim = next(c for c in engine.CLAIMS if c.id == "wang_horovod_17pct")
+    a = tuple(117 * f for f in (0.99, 1.01, 1.0, 0.995, 1.005, 1.0))
+    b = tuple(100 * f for f in (1.0, 0.99, 1.01, 1.005, 0.995, 1.0))
+    assert engine._row(claim, Measurement("x", a, b))["verdict"] == engine.AGREES
+    assert engine._row(claim, Measurement("x", b, b))["verdict"] == engine.DIFFERS
+    row = engine._row(claim, Measurement("x", fixed="set by configuration: synthetic"))
+    assert row["verdict"] == engine.SET_BY_CONFIG and math.isnan(row["value"])
+
+
+@pytest.mark.parametrize("claim", engine.CLAIMS, ids=IDS)
+def test_every_claim_has_its_words_margins_and_reasoning(claim: Claim) -> None:
+    for field in ("quote", "location", "conditions", "quantity", "reasoning", "claim"):
+        assert len(getattr(claim, field)) > 10, field
+    assert "..." not in claim.quote.replace("[...]", "")  # elisions marked [...]
+    assert 0 <= claim.margin_low < claim.margin_high and math.isfinite(claim.no_effect)
+    if claim.kind == "equivalence":
+        assert claim.margin_low <= claim.no_effect <= claim.margin_high
+    assert claim.measure is not None or claim.needs.startswith("not measured: ")
+    assert claim.paper in engine.PAPERS
+
+
+def test_every_claim_reads_only_tables_its_chapter_declares() -> None:
+    assert engine.undeclared_reads() == []
+    bad = Claim("Shi 2019", "x", "c" * 11, "q" * 11, "l" * 11, "c" * 11, "q" * 11, "direction",
+                1.0, 1.0, math.inf, "r" * 11, (("03_ps_vs_ring", "nope"),), lambda r: [])
+    assert engine.undeclared_reads([bad]) == ["x: 03_ps_vs_ring/nope"]
+
+
+def test_ids_unique_and_every_paper_has_claims() -> None:
+    assert len(set(IDS)) == len(IDS)
+    assert {c.paper for c in engine.CLAIMS} == set(engine.PAPERS)
+
+
+@pytest.mark.parametrize("claim", MEASURED, ids=lambda c: c.id)
+def test_every_measured_claim_without_records_says_what_is_missing(tmp_path, claim) -> None:
+    rows = engine.evaluate(claim, tmp_path, {})
+    assert rows and all(r["verdict"] in (engine.NOT_MEASURED, engine.SET_BY_CONFIG)
+                        or r["reason"].startswith("inconclusive") for r in rows)
+    for r in rows:
+        if r["verdict"] == engine.NOT_MEASURED:
+            assert r["reason"].startswith("not measured: ")
+
+
+def test_calibrate_prints_the_two_lines(capsys) -> None:
+    assert engine.main(["calibrate", "--cv", "0.03", "--trials", "400"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("run-to-run spread given: cv 0.03")
+    assert lines[-2].startswith("false decisions under no effect: 0.")
+    assert lines[-1].startswith("power at the stated margins: ")
+    assert float(lines[-2].split(": ")[1]) <= 0.1
+
+
+def test_calibrate_measures_the_spread_from_repeated_cells(tmp_path) -> None:
+    import pandas as pd
+
+    for folder, rate in (("a", [100.0, 200.0]), ("b", [104.0, 190.0])):
+        (tmp_path / folder).mkdir()
+        pd.DataFrame({"model": "m", "strategy": "allreduce", "workers": [1, 2],
+                      "images_per_sec": rate}).to_csv(tmp_path / folder / "summary.csv",
+                                                      index=False)
+    cv, why = engine.reference_spread(tmp_path)
+    assert cv is not None and 0.01 < cv < 0.06 and "2 cells measured more than once" in why
