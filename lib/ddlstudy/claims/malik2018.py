@@ -20,7 +20,9 @@ PAPER = "Malik 2018"
 CONDITIONS = ("BNL HPC1 / Institutional Cluster, K20-P100 GPUs, InfiniBand EDR, TensorFlow + "
               "Horovod (NCCL ring), ImageNet or synthetic data, batch 64/128/256/512")
 CH03, CH07, CH09 = "03_ps_vs_ring", "07_frameworks", "09_batch_size"
-HOROVOD, TF_PS, PS = "horovod", "tf_ps_sync", "ps_sync"
+HOROVOD = "horovod"
+TF_PS = "tf_ps_sync"  # TF parameter servers, the slide's "Parameter Server Tensorflow"
+PS = "ps_sync"
 IB = "IB-EDR"  # the paper's network: tested on these emulated links only
 RATE = "images_per_sec"
 SLIDE = "slide '{} using Horovod'"

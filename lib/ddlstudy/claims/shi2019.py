@@ -29,7 +29,8 @@ CONDITIONS = ("GCP VMs, 1 PS + 1-6 workers (TF PS) or 1-6 workers (Horovod ring)
 CH03 = "03_ps_vs_ring"
 READS_03 = ((CH03, "summary"), (EMULATED_03, "summary"))
 RATE = "images_per_sec"
-RING, PS = "allreduce", "ps_sync"
+RING = "allreduce"
+PS = "ps_sync"
 
 
 def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str]]:

@@ -15,8 +15,10 @@ PAPER = "Wang (NCHC)"
 RESNET = ("ResNet-50, ImageNet (ILSVRC2012), TF CNN benchmark, GPU nodes with up to 8 GPUs, "
           "Docker/Singularity containers")
 CH05, CH07 = "05_network_profiles", "07_frameworks"
-HOROVOD, TF_MIRRORED = "horovod", "tf_allreduce"
-IB, GBE = "IB-EDR", "10GbE"
+HOROVOD = "horovod"
+TF_MIRRORED = "tf_allreduce"  # the paper's synchronous Distributed TF (Mirrored Strategy)
+IB = "IB-EDR"
+GBE = "10GbE"
 STATED = 0.10  # a stated number is read as within 10 % (relative) of itself
 
 
