@@ -18,7 +18,12 @@ DDLSTUDY_OWNER_PIDS) and the pids of its controller, nannies and engines to
 `$IPYTHONDIR/ddlstudy-clusters/<id>/pids.json`. `cleanup()` (run when a local cluster starts,
 and by `--cleanup`) stops exactly the clusters one of whose owners is dead.
 
+Beyond this machine (ddlstudy.cluster.launchers): `--launcher ssh|slurm|mpi` starts the engines
+through ipyparallel's launchers; ranks are grouped by host in the order of `--hosts`, and the
+rendezvous is rank 0's TCPStore on the address of `--ifname` (docs/cluster.md).
+
     python -m ddlstudy.cluster --workers 4 --check
+    python -m ddlstudy.cluster --launcher ssh --hosts h0:2,h1:2 --ifname eth0 --check
     python -m ddlstudy.cluster --cleanup
 """
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -43,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from ddlstudy.cluster.launchers import LaunchError, LaunchSpec, interface_ipv4, launch_spec
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +116,43 @@ def _engine_info() -> dict[str, Any]:
         "rank": engine_rank(), "local_rank": _ENGINE.get("local_rank", 0),
         "host": socket.gethostname(), "ip": host_ip(), "pid": os.getpid(),
         "device": device, "device_name": name, "threads": torch.get_num_threads(),
+        "version": _version(), "code_hash": code_hash(),
     }
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ddlstudy")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def code_hash() -> str:
+    """sha256 (first 12 hex digits) of the ddlstudy package's .py files (paths and contents):
+    driver and engines must run the same code. Read now, not cached: the files on disk."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 def host_ip() -> str:
     """The address other nodes reach this one on: DDLSTUDY_HOST_IP (a local cluster's engines set
-    127.0.0.1), else the NIC the route to a public address picks. Frameworks name it too."""
+    127.0.0.1), else the address of DDLSTUDY_IFNAME (set by a launcher's `ifname`), else the NIC
+    the route to a public address picks. Frameworks name it too."""
     iface = os.environ.get("DDLSTUDY_HOST_IP")
     if iface:
         return iface
+    ifname = os.environ.get("DDLSTUDY_IFNAME")
+    if ifname:
+        ip = interface_ipv4(ifname)
+        if ip is None:
+            raise OSError(f"interface {ifname!r} has no IPv4 address on {socket.gethostname()}: "
+                          "set cluster.ifname to the interface the nodes share")
+        return ip
     with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
         try:
             s.connect(("10.255.255.255", 1))
@@ -149,7 +185,13 @@ def _engine_init_group(init_method: str, rank: int, world_size: int, backend: st
     if rank >= world_size:
         return "idle"
     timeout = dt.timedelta(seconds=timeout_s)
-    if store is not None and rank == 0:
+    if init_method.startswith("tcp://"):
+        # Every rank hands init_process_group a store: rank 0 its server, the others a client
+        # of it. (Mixing store= on rank 0 with init_method= elsewhere makes torch prefix the
+        # keys differently, "/0/..." against "/default_pg/0/...", and the group never forms.)
+        if store is None or rank != 0:
+            host, _, port = init_method[len("tcp://"):].rpartition(":")
+            store = dist.TCPStore(host, int(port), world_size, False, timeout=timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timeout)
     else:
@@ -241,7 +283,8 @@ class Cluster:
                  collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
                  threads_per_engine: int | None = None, engine_env: dict[str, str] | None = None,
                  engine_env_per_rank: Sequence[dict[str, str]] | None = None,
-                 master_addr: str | None = None, **cluster_kwargs: Any) -> None:
+                 master_addr: str | None = None, launch: LaunchSpec | None = None,
+                 **cluster_kwargs: Any) -> None:
         if profile is None and (not isinstance(workers, int) or workers < 1):
             raise ClusterError(f"workers must be a positive integer, got {workers!r}: pass "
                                "--workers 2 (or more)")
@@ -249,8 +292,19 @@ class Cluster:
                             ("collective_timeout_s", collective_timeout_s)):
             if not 0 < value <= 86_400:  # timedelta overflows on 1e300; a day is plenty
                 raise ClusterError(f"{name} must be in (0, 86400] seconds, got {value:g}")
+        self.launch = launch or LaunchSpec()
+        if self.launch.is_remote:
+            if profile:
+                raise ClusterError(f"launcher {self.launch.launcher} starts its own engines; it "
+                                   f"cannot use profile {profile!r} too: drop one of them")
+            try:
+                self.launch.validate()
+            except LaunchError as err:
+                raise ClusterError(str(err)) from None
+            workers = self.launch.slots or workers
         self.workers = workers
         self.profile = profile
+        self.init_method: str | None = None  # the last process group's rendezvous
         self.start_timeout_s = start_timeout_s
         self.collective_timeout_s = collective_timeout_s
         self.threads_per_engine = threads_per_engine
@@ -297,8 +351,9 @@ class Cluster:
                 log.warning("stopped %d processes left by clusters whose owner died", stopped)
             self.run_dir = clusters_dir() / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
             self.run_dir.mkdir(parents=True)
-            self._cluster = ipp.Cluster(n=self.workers, log_level=logging.ERROR,
-                                        **self.cluster_kwargs)
+            kwargs = {"n": self.workers, "log_level": logging.ERROR,
+                      **self.launch.cluster_kwargs(_ensure_ipythondir()), **self.cluster_kwargs}
+            self._cluster = ipp.Cluster(**kwargs)
             try:
                 with defer_signals():  # a signal mid-start must not lose the controller's pid
                     self._cluster.start_controller_sync()
@@ -335,6 +390,18 @@ class Cluster:
     def _setup_engines(self) -> None:
         hosts = self.client[self.engine_ids].apply_async(socket.gethostname).get(
             timeout=self.start_timeout_s)
+        # Ranks grouped by host, hosts in the order the launch names them (registration order
+        # across hosts is a race), engine ids in order within a host.
+        order = self.launch.host_order()
+
+        def host_key(item: tuple[int, str]) -> tuple[int, str, int]:
+            eid, host = item
+            short = host.split(".")[0]
+            return (order.index(short) if short in order else len(order), host, eid)
+
+        pairs = sorted(zip(self.engine_ids, hosts, strict=True), key=host_key)
+        self.engine_ids = [eid for eid, _ in pairs]
+        hosts = [host for _, host in pairs]
         per_host: dict[str, int] = {}
         local_ranks = []
         for host in hosts:
@@ -348,18 +415,40 @@ class Cluster:
             pending.append(self.client[eid].apply_async(
                 _engine_setup, rank, local_ranks[rank], per_host[hosts[rank]],
                 self.threads_per_engine, env,
-                LOCAL_ENGINE_ENV if self._cluster is not None else None))
+                LOCAL_ENGINE_ENV if self._cluster is not None and not self.launch.is_remote
+                else None))
         self.infos = self._wait_all(pending, self.start_timeout_s)
+        self._check_versions()
         self._pids.update(info["pid"] for info in self.infos
                           if info["host"] == socket.gethostname())
         self._pids.update(self._local_cluster_pids())
 
+    def _check_versions(self) -> None:
+        """Every engine must run the driver's ddlstudy: same version, same code hash."""
+        mine = (_version(), code_hash())
+        if any((i.get("version"), i.get("code_hash")) != mine for i in self.infos):
+            # once more, read at the same moment: an edit between the two reads is no mismatch
+            hashes = self._wait_all([self.client[e].apply_async(code_hash)
+                                     for e in self.engine_ids], self.start_timeout_s)
+            mine = (_version(), code_hash())
+            for info, fresh in zip(self.infos, hashes, strict=True):
+                info["code_hash"] = fresh
+        for info in self.infos:
+            theirs = (info.get("version"), info.get("code_hash"))
+            if theirs != mine:
+                raise ClusterError(
+                    f"rank {info['rank']} on {info['host']} runs ddlstudy {theirs[0]} (code "
+                    f"{theirs[1]}), this driver {mine[0]} (code {mine[1]}): install the same "
+                    "checkout on every node (pip install -e . at the same commit)")
+
     def _local_cluster_pids(self) -> set[int]:
-        """Controller, nannies and engines started for this cluster (not a connected profile's)."""
+        """Controller, nannies and engines started for this cluster (not a connected profile's).
+        Remote launchers' pids are other hosts' (or batch jobs'): only the controller's count."""
         if self._cluster is None:
             return set()
         pids = set()
-        for launcher in [self._cluster.controller, *self._cluster.engines.values()]:
+        engines = [] if self.launch.is_remote else list(self._cluster.engines.values())
+        for launcher in [self._cluster.controller, *engines]:
             for proc in [launcher, *getattr(launcher, "launchers", {}).values()]:
                 pid = getattr(proc, "pid", None)
                 if isinstance(pid, int) and pid > 0:
@@ -377,7 +466,9 @@ class Cluster:
     def _engine_set_pids(self) -> set[int]:
         """The engine launchers' processes (nannies, engines), not the controller's."""
         found: set[int] = set()
-        for launcher in self._cluster.engines.values() if self._cluster is not None else []:
+        if self._cluster is None or self.launch.is_remote:
+            return found
+        for launcher in self._cluster.engines.values():
             for proc in [launcher, *getattr(launcher, "launchers", {}).values()]:
                 pid = getattr(proc, "pid", None)
                 if not isinstance(pid, int) or pid <= 0:
@@ -444,7 +535,7 @@ class Cluster:
             backend = "nccl" if self.infos[0]["device"].startswith("cuda") else "gloo"
         timeout_s = timeout_s or self.collective_timeout_s
         self._groups += 1
-        if self.run_dir is not None:  # local: a file store, nothing listens
+        if self.run_dir is not None and not self.launch.is_remote:  # a file store, nothing listens
             init_method = f"file://{self.run_dir / f'store-{self._groups}'}"
         else:
             master, port = self._get(self.client[self.engine_ids[0]].apply_async(
@@ -455,6 +546,7 @@ class Cluster:
                    for rank, eid in enumerate(self.engine_ids)]
         self._wait_all(pending, timeout_s + 30)
         self.world_size = world_size
+        self.init_method = init_method
 
     def run(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
             timeout: float | None = None, **kwargs: Any) -> list[Any]:
@@ -540,7 +632,8 @@ class Cluster:
     @property
     def can_restart(self) -> bool:
         """Local clusters can be restarted on fresh engines; a connected profile cannot."""
-        return self.profile is None and getattr(self, "emulated_network", None) is None
+        return (self.profile is None and getattr(self, "emulated_network", None) is None
+                and not self.launch.is_remote)
 
     def restart(self) -> None:
         """Replace every engine by a fresh one, same settings, keeping the controller: what
@@ -829,6 +922,16 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2, help="local engines to start")
     parser.add_argument("--profile", help="connect to a running ipyparallel profile instead")
+    parser.add_argument("--launcher", default="local", choices=["local", "ssh", "slurm", "mpi"],
+                        help="how engines start (ipyparallel's launchers; docs/cluster.md)")
+    parser.add_argument("--hosts", help="name:slots,name:slots (ssh, mpi; slurm: --nodelist)")
+    parser.add_argument("--ifname", help="the nodes' interface: gloo/NCCL sockets, rendezvous")
+    parser.add_argument("--controller-ip", help="controller address (default: ifname's here)")
+    parser.add_argument("--remote-python", help="Python on the nodes (default: this one)")
+    parser.add_argument("--ssh-args", help="extra ssh/scp arguments, e.g. '-F ssh_config'")
+    parser.add_argument("--launcher-args", help="extra sbatch options / mpiexec arguments")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="engine environment (repeatable)")
     parser.add_argument("--check", action="store_true",
                         help="print ranks/hosts/devices and a ping-pong latency/bandwidth table")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_CHECK_SIZES)),
@@ -843,14 +946,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cleanup or args.stop_all:
         return _cleanup_cli(args.stop_all and args.force)
+    try:  # everything that can be checked is, before anything starts
+        sizes = [int(s) for s in args.sizes.split(",")]
+        env = dict(item.split("=", 1) for item in args.env if "=" in item)
+        if len(env) != len(args.env):
+            raise LaunchError(f"bad --env {args.env}: write NAME=VALUE")
+        launch = launch_spec(args.launcher, args.hosts, args.ifname, args.controller_ip,
+                             args.remote_python, env, args.ssh_args, args.launcher_args)
+    except (LaunchError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     handle_signals()
     try:
-        sizes = [int(s) for s in args.sizes.split(",")]
-        with Cluster(workers=args.workers, profile=args.profile) as cluster:
-            print(format_table(cluster.info(), ["rank", "host", "pid", "device", "device_name",
-                                                "threads"]))
+        with Cluster(workers=args.workers, profile=args.profile, launch=launch) as cluster:
+            print(format_table(cluster.info(), ["rank", "local_rank", "host", "ip", "pid",
+                                                "device", "threads"]))
             if args.check and cluster.size > 1:
                 cluster.init_process_group()
+                print(f"\nrendezvous: {cluster.init_method}")
                 rows = cluster.run(pingpong, sizes, args.iters)[0]
                 print(f"\nping-pong rank 0 <-> peer (one-way, median of {args.iters}):")
                 print(format_table(rows, ["peer", "size_bytes", "latency_us", "bandwidth_gbps"]))
