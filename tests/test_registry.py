@@ -33,11 +33,17 @@ DOC = ROOT / "docs" / "extending.md"
 REGISTRY_FILES = {"collectives/registry.py", "strategies/registry.py", "workloads.py"}
 # Deliberate selections, not copies of a registry: the names a paper's claim is about.
 SELECTIONS = {
-    ("conclusions.py", "DISTRIBUTED_TF"): "Wang's 'Distributed TF' arms of the Horovod claim",
-    ("conclusions.py", "RING_BASED"): "Fourie 2019's ring-based side of the bracketing claim",
-    ("conclusions.py", "TREE_BASED"): "Fourie 2019's tree/butterfly side of the bracketing claim",
     ("bench/train.py", "VS_DDP"): "the bench variants compared with ddp",
-    ("frameworks/compare.py", "TF_PS_ORDER"): "Wang's 'Distributed TF' parameter servers, in order",
+    ("experiments/frameworks.py", "TF_PS_ORDER"):
+        "Wang's 'Distributed TF' parameter servers, in order",
+    ("chapters/ch00_background.py", "DEMO_ALGORITHMS"): "the algorithms chapter 00 steps through",
+    ("chapters/ch00_background.py", "WORKED_ALGORITHMS"): "chapter 00's worked cost examples",
+    ("chapters/ch02_collectives.py", "LOG_DEPTH"): "Fourie 2019's tree/butterfly family",
+    ("chapters/ch02_collectives.py", "BANDWIDTH_OPTIMAL"): "the 2(p-1)/p n family chapter 02 "
+                                                           "contrasts with it",
+    ("chapters/ch04_utilization_traffic.py", "STRATEGIES"): "Shi 2019's pair: PS vs ring",
+    ("chapters/ch08_convergence.py", "RING_BASED"): "Fourie 2019's ring-based side",
+    ("chapters/ch08_convergence.py", "TREE_BASED"): "Fourie 2019's tree/butterfly side",
 }
 
 
@@ -114,7 +120,7 @@ def test_the_scan_catches_each_kind_of_hand_list() -> None:
         assert len(found) == 1 and concept in found[0], (source, found)
     fine = ["X = ('ps_sync',)", "if s == 'ps_async':\n    pass", "X = ['ring', 'not-a-name']",
             "X = strategy_names(family='ps')", "RING_BASED = ('ring', 'ring_pipelined')"]
-    assert [f for s in fine for f in hand_lists(s, "conclusions.py", concepts)] == []
+    assert [f for s in fine for f in hand_lists(s, "chapters/ch08_convergence.py", concepts)] == []
 
 
 # ----------------------------------------------------------------------------- derived views
