@@ -118,7 +118,7 @@ def test_exception_inside_the_block_still_removes_everything() -> None:
 @needs_netns
 def test_cleanup_all_removes_a_crashed_run_but_not_a_live_one() -> None:
     # A process that builds a network and dies without cleaning up (os._exit skips atexit).
-    code = ("import os; from ddlstudy import netem; n = netem.EmulatedNetwork(2, '1GbE').up(); "
+    code = ("import os; from ddlstudy.network.emulated import netem; n = netem.EmulatedNetwork(2, '1GbE').up(); "
             "print(n.run_id, flush=True); os._exit(0)")
     with netem.EmulatedNetwork(1, "1GbE") as live:
         crashed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
