@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from ddlstudy.analysis import calibration as calib
 from ddlstudy.analysis import inference as inf
 
-SIGMA = inf.cv_to_log_sd(0.06)  # 6 % run-to-run spread
+SIGMA = calib.cv_to_log_sd(0.06)  # 6 % run-to-run spread
 
 
 def runs(rng: np.random.Generator, centre: float, n: int = 5, cv: float = 0.06) -> np.ndarray:
     """n lognormal runs whose geometric mean is `centre`."""
-    return centre * np.exp(rng.normal(0.0, inf.cv_to_log_sd(cv), n))
+    return centre * np.exp(rng.normal(0.0, calib.cv_to_log_sd(cv), n))
 
 
 def band(p: float, draws: int) -> tuple[float, float]:
@@ -193,7 +194,7 @@ def test_paired_verdict_uses_pairs() -> None:
 @pytest.mark.parametrize("design, method, n", [("ratio", "t", 5), ("paired", "t", 5),
                                                ("single", "t", 5), ("single", "median", 7)])
 def test_false_decisions_under_no_effect_for_each_kind(design: str, method: str, n: int) -> None:
-    cal = inf.calibrate(0.06, n, 6000, seed=11, design=design, method=method)
+    cal = calib.calibrate(0.06, n, 6000, seed=11, design=design, method=method)
     kinds = {s.kind for s in cal.scenarios}
     assert kinds == set(inf.KINDS)
     tol = 3 * cal.mc_se  # exact tests sit at 0.05; allow only Monte Carlo noise above it
@@ -203,7 +204,7 @@ def test_false_decisions_under_no_effect_for_each_kind(design: str, method: str,
 
 
 def test_calibration_numbers_at_six_percent_spread() -> None:
-    cal = inf.calibrate(0.06, 5, 20000, seed=inf.SEED)
+    cal = calib.calibrate(0.06, 5, 20000, seed=inf.SEED)
     assert cal.false_decisions <= 0.05  # Welch t on logs is slightly conservative at n = 5
     by = {(s.kind, s.truth): s for s in cal.scenarios}
     no_effect = by[("direction", "no effect")]
@@ -212,11 +213,11 @@ def test_calibration_numbers_at_six_percent_spread() -> None:
     assert 0.40 <= by[("equivalence", "no effect")].power <= 0.55  # +/-10 % needs ~8 runs
     assert cal.power == pytest.approx(by[("equivalence", "no effect")].power)
     # fewer runs than verdicts need: nothing is decided
-    two = inf.calibrate(0.06, 2, 2000, seed=1)
+    two = calib.calibrate(0.06, 2, 2000, seed=1)
     assert two.false_decisions == 0.0 and two.power == 0.0
     assert all(s.inconclusive == 1.0 for s in two.scenarios)
     # the same machinery with the rule lifted still holds its size at 3 runs, with no power
-    three = inf.calibrate(0.06, 3, 6000, seed=1, min_runs=3)
+    three = calib.calibrate(0.06, 3, 6000, seed=1, min_runs=3)
     assert three.false_decisions <= 0.05 + 3 * three.mc_se and three.power < 0.3
 
 
@@ -225,16 +226,16 @@ def test_run_spread_recovers_the_cv() -> None:
     cells = {f"cell{i}": runs(rng, rng.uniform(10, 1000), 5, 0.06) for i in range(200)}
     cells["one run"] = [123.0]
     cells["failed"] = [np.nan, 50.0]
-    assert inf.run_spread(cells) == pytest.approx(0.06, rel=0.1)  # 800 df: SE 2.5 %
-    assert inf.run_spread(list(cells.values())) == inf.run_spread(cells)
+    assert calib.run_spread(cells) == pytest.approx(0.06, rel=0.1)  # 800 df: SE 2.5 %
+    assert calib.run_spread(list(cells.values())) == calib.run_spread(cells)
     with pytest.raises(ValueError, match=">= 2 runs"):
-        inf.run_spread({"a": [1.0], "b": [np.nan, 2.0]})
+        calib.run_spread({"a": [1.0], "b": [np.nan, 2.0]})
 
 
 def test_calibrate_command_prints_the_two_lines(capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(13)
-    cv = inf.run_spread([runs(rng, 100.0, 5, 0.04) for _ in range(6)])  # a small spread
-    assert inf.main(["calibrate", "--cv", f"{cv:.4f}", "--runs", "5", "--trials", "4000",
+    cv = calib.run_spread([runs(rng, 100.0, 5, 0.04) for _ in range(6)])  # a small spread
+    assert calib.main(["calibrate", "--cv", f"{cv:.4f}", "--runs", "5", "--trials", "4000",
                      "--seed", "3"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     false = re.fullmatch(r"false decisions under no effect: (0\.\d{3})", lines[-2])
@@ -243,4 +244,4 @@ def test_calibrate_command_prints_the_two_lines(capsys: pytest.CaptureFixture[st
     assert float(false.group(1)) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 4000)
     assert float(power.group(1)) >= 0.5  # ~4 % spread: +/-10 % equivalence is decidable
     with pytest.raises(SystemExit):
-        inf.main(["calibrate", "--cv", "-1"])
+        calib.main(["calibrate", "--cv", "-1"])

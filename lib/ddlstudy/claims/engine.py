@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddlstudy.analysis import inference
+from ddlstudy.analysis import calibration, inference
 from ddlstudy.claims import fourie2019, malik2018, pani, shi2019, wang_nchc
 from ddlstudy.claims.base import (
     EMULATED_03,
@@ -171,7 +171,7 @@ def reference_spread(root: Path | None = None) -> tuple[float | None, str]:
     cells = {k: g["images_per_sec"].to_numpy(float) for k, g in df.groupby(keys) if len(g) > 1}
     if not cells:
         return None, f"no cell of {base} was measured twice"
-    cv = inference.run_spread(cells)
+    cv = calibration.run_spread(cells)
     folders = sorted({f for k, g in df.groupby(keys) if len(g) > 1 for f in g["folder"]})
     n = sum(len(v) for v in cells.values())
     return cv, (f"run-to-run spread from {base}: {len(cells)} cells measured more than once "
@@ -183,12 +183,13 @@ def calibrate_main(args: object) -> int:
     if getattr(args, "cv", None) is None:
         cv, why = reference_spread()
         if cv is None:
-            cv, why = inference.DEFAULT_CV, why + f"; used the default cv {inference.DEFAULT_CV}"
+            cv = calibration.DEFAULT_CV
+            why += f"; used the default cv {cv}"
         args.cv = cv  # type: ignore[attr-defined]
     else:
         why = f"run-to-run spread given: cv {args.cv}"  # type: ignore[attr-defined]
     print(why)
-    return inference.run_calibrate(args)  # type: ignore[arg-type]
+    return calibration.run_calibrate(args)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- compare
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("run_b")
     k = sub.add_parser("calibrate", help="false decisions under no effect and power at the "
                        "stated margins, on the reference records' run-to-run spread")
-    inference.add_calibrate_arguments(k)
+    calibration.add_calibrate_arguments(k)
     k.set_defaults(cv=None)
     args = parser.parse_args(argv)
     try:
