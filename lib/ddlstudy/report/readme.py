@@ -109,18 +109,13 @@ def answer(ref: Path) -> str:
 
 
 def verdicts(ref: Path) -> str:
-    """Per paper: how many claims chapter 99 finds, and how they are decided on the reference."""
-    from ddlstudy.claims.engine import claims_table
+    """Per paper: claims found, tested, agreed, differed, undecided and why (chapter 99's
+    engine over the reference records)."""
+    from ddlstudy.claims.engine import claims_table, paper_counts
 
-    claims = claims_table(ref)
-    verdict = claims["verdict"].astype(str)
-    kind = verdict.str.extract(r"^(agrees|differs|inconclusive|not measured)", expand=False)
-    claims = claims.assign(decided=kind.fillna("other"))
-    counts = (claims.groupby(["paper", "decided"]).size().unstack(fill_value=0)
-              .reindex(columns=["agrees", "differs", "inconclusive", "not measured"],
-                       fill_value=0))
-    counts.insert(0, "claims", counts.sum(axis=1))
-    rows = [{"paper": p, **{k: int(v) for k, v in r.items()}} for p, r in counts.iterrows()]
+    counts = paper_counts(claims_table(ref))
+    rows = [{k: (int(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+             for k, v in r.items()} for r in counts.to_dict("records")]
     return (markdown_table(rows) + "\nFrom `python -m ddlstudy.conclusions table "
             "results/reference` (chapter 99's engine over the committed reference records).\n")
 
