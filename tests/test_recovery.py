@@ -148,6 +148,9 @@ def test_rerun_resumes_from_the_newest_good_checkpoint(cluster: cl.Cluster,
     lines: list[str] = []
     again = train(cluster, cfg, tmp_path, progress=False, announce=lines.append)
     assert again.row["resumed_from_step"] == 10 and "resuming" in lines[0]
+    # the checkpoint says whose run wrote it, and the resumed run says so
+    assert f"written by pid {os.getpid()} on " in lines[0] and "run started " in lines[0]
+    assert checkpoint.latest(tmp_path)["run"]["pid"] == os.getpid()
     assert again.row["steps"] == 10 and again.row["steps_completed"] == 12
     kept = again.steps[again.steps["role"] == "worker"]
     assert sorted(kept["step"].unique()) == list(range(2, 12))
@@ -226,6 +229,8 @@ def test_killed_run_leaves_records_and_rerun_resumes(tmp_path: Path) -> None:
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from the checkpoint at step" in again.stdout
+    assert f"written by pid {proc.pid} on " in again.stdout  # whose run it continues
+    assert f"took over a stale lock from pid {proc.pid}" in again.stdout
     row = pd.read_csv(out / "summary.csv").iloc[0]
     assert int(row["steps"]) == 30 and row["resumed_from_step"] >= 10
     stamps.alive()  # the killed run's engines are orphans: the rerun's cluster start stops them

@@ -292,17 +292,52 @@ def summary(df: pd.DataFrame) -> str:
 
 def main(args: argparse.Namespace, cluster: Any = None) -> int:
     """Run the benchmark; `cluster`: an already started Cluster to use instead of starting one."""
-    from contextlib import nullcontext
-
-    from ddlstudy.cluster.engines import Cluster, ClusterError
-    from ddlstudy.records import store as records
-
     out = args.out or Path("outputs") / f"collectives-{dt.datetime.now():%Y%m%d-%H%M%S}"
     try:
         sizes = size_grid(args.minbytes, args.maxbytes, args.stepfactor)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from ddlstudy.records.lock import OutputFolderError, OutputLock
+
+    try:  # bounds, then one owner per --out, before any engine starts
+        problem = check_args(args)
+        lock = None if problem else OutputLock(out, "bench collectives").acquire()
+    except OutputFolderError as err:
+        problem = str(err)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return _main_owned(args, cluster, out, sizes)
+    finally:
+        lock.release()
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """The flags' bounds (as params' collectives section): None, or the one-line problem."""
+    import math
+
+    if not 1 <= args.iters <= 1_000_000:
+        return f"-n/--iters must be 1..1000000, got {args.iters}"
+    if not 0 <= args.warmup_iters <= 1_000_000:
+        return f"-w/--warmup_iters must be 0..1000000, got {args.warmup_iters}"
+    if not (math.isfinite(args.stepfactor) and 1 < args.stepfactor <= 1 << 20):
+        return f"-f/--stepfactor must be in (1, 1048576], got {args.stepfactor:g}"
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= params.MAX_TIMEOUT_S):
+        return f"--timeout must be in (0, {params.MAX_TIMEOUT_S:g}] s, got {args.timeout:g}"
+    if max(args.ranks) > 64:
+        return f"--ranks: at most 64 ranks, got {max(args.ranks)}"
+    return params.collective_memory_problem(args.maxbytes, max(args.ranks), "-e/--maxbytes")
+
+
+def _main_owned(args: argparse.Namespace, cluster: Any, out: Path, sizes: list[int]) -> int:
+    """main's work once --out is owned."""
+    from contextlib import nullcontext
+
+    from ddlstudy.cluster.engines import Cluster, ClusterError
+    from ddlstudy.records import store as records
+
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
               if k != "func"}
     records.write_meta(out, params)

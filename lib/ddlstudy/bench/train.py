@@ -159,12 +159,7 @@ def interval_text(interval: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dataclasses import replace
 
-    from ddlstudy.cluster.engines import ClusterError
-    from ddlstudy.experiments.grid import dilation, emulated_cluster
-    from ddlstudy.records import store as records
-    from ddlstudy.train.trainer import train
 
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in names if v not in VARIANTS]
@@ -183,6 +178,29 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     out = Path(args.out)
+    from ddlstudy.records.lock import OutputFolderError, OutputLock
+
+    try:  # one owner per --out, before any engine starts
+        lock = OutputLock(out, "bench train").acquire()
+    except OutputFolderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _main_owned(args, configs, names, out)
+    finally:
+        lock.release()
+
+
+def _main_owned(args: argparse.Namespace, configs: dict[str, Any], names: list[str],
+                out: Path) -> int:
+    """main's work once --out is owned."""
+    from dataclasses import replace
+
+    from ddlstudy.cluster.engines import ClusterError
+    from ddlstudy.experiments.grid import dilation, emulated_cluster
+    from ddlstudy.records import store as records
+    from ddlstudy.train.trainer import train
+
     engines = max(c.world_size for c in configs.values())
     base = configs[names[0]]
     print(f"Model: {base.model} ({base.input_shape}), data: {base.dataset}, batch {base.batch_size}"

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ddlstudy.collectives.registry import ALGORITHMS
+from ddlstudy.records.lock import OutputFolderError, OutputLock, _printable
 from ddlstudy.strategies import STRATEGIES
-from ddlstudy.train.trainer import TrainConfig
 from ddlstudy.workload.catalog import DATASETS, MODELS, SHAPES
+
+if TYPE_CHECKING:  # torch loads with the trainer: only after --out is owned (a busy folder is
+    from ddlstudy.train.trainer import TrainConfig  # refused in about a second)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -50,6 +54,8 @@ def _bool(text: str) -> bool:
 def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig | None = None
                          ) -> None:
     """The TrainConfig flags (shared with `python -m ddlstudy.bench train`)."""
+    from ddlstudy.train.trainer import TrainConfig
+
     d = defaults or TrainConfig()
     a = parser.add_argument
     # Choices come from the registries (ddlstudy.workload.catalog), read when the parser is built.
@@ -115,8 +121,11 @@ def check_network_args(args: argparse.Namespace) -> str | None:
     if args.network not in netem.PROFILES:
         return (f"unknown --network {args.network!r}; choose none or one of "
                 f"{', '.join(netem.PROFILES)}")
-    if args.scale is not None and not 0 < args.scale <= 1:
-        return f"--scale must be in (0, 1], got {args.scale:g}"
+    from ddlstudy.network.profiles import MIN_SCALE
+
+    if args.scale is not None and not MIN_SCALE <= args.scale <= 1:
+        return (f"--scale must be in [{MIN_SCALE:g}, 1] (the emulation's slowest rate is 1GbE x "
+                f"{MIN_SCALE:g}), got {args.scale:g}")
     if getattr(args, "profile", None):
         return "--network starts local engines in namespaces; drop --profile"
     ok, why = netem.available()
@@ -140,7 +149,28 @@ def check_fault_args(args: argparse.Namespace, config: TrainConfig) -> str | Non
             "--checkpoint-every (ps_async goes on without restarting)")
 
 
+def check_data(config: TrainConfig) -> str | None:
+    """Read (and, unless --no-verify-data, checksum) the data files on the driver before any
+    engine starts, labels range-checked: None, or the one-line problem. Synthetic data: None."""
+    if not config.real_data:
+        return None
+    from ddlstudy.workload.data import load_dataset
+
+    splits = (True, False) if config.eval else (True,)
+    try:
+        for train in splits:
+            load_dataset(config.dataset, root=config.data_root, train=train,
+                         verify=config.verify_data)
+    except (OSError, ValueError) as err:  # DataError is a ValueError
+        text = str(err).strip().splitlines()
+        return text[0] if text else type(err).__name__
+    return None
+
+
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
+    """The TrainConfig the flags ask for (not yet validated)."""
+    from ddlstudy.train.trainer import TrainConfig
+
     kw = {"hidden": args.hidden} if getattr(args, "hidden", None) else {}
     values = dict(model=args.model, shape=args.shape, dataset=args.dataset,
                   data_root=args.data_root, verify_data=args.verify_data,
@@ -190,23 +220,93 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    from ddlstudy.cluster.engines import Interrupted, handle_signals
+def out_from_argv(argv: Sequence[str], flag: str = "--out") -> str | None:
+    """The value of `flag` in `argv` as argparse will read it (the last one wins; `--out X` or
+    `--out=X`), read before the parser is built so the folder is owned before anything heavy
+    loads. None when absent."""
+    out = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == flag and i + 1 < len(argv):
+            out = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            out = arg[len(flag) + 1:]
+    return out
 
-    handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
+
+class OwnedOutput:
+    """An OutputLock on --out, plus whether this run created the folder: a run refused for a
+    bad flag leaves no empty folder behind (`release(keep_new=False)`)."""
+
+    def __init__(self, out: str, what: str, argv: Sequence[str]) -> None:
+        self.folder = Path(out)
+        self.created = not self.folder.exists()
+        self.lock = OutputLock(out, f"{what} " + " ".join(argv))
+
+    def acquire(self) -> OwnedOutput:
+        self.lock.acquire()
+        if self.lock.takeover_note:
+            print(f"{self.lock.takeover_note}; its partial records stay in {self.folder}",
+                  flush=True)
+        return self
+
+    def release(self, keep_new: bool = True) -> None:
+        self.lock.release()
+        if self.created and not keep_new:
+            try:
+                self.folder.rmdir()  # only if empty
+            except OSError:
+                pass
+
+
+def take_output(out: str | None, what: str, argv: Sequence[str] = ()) -> OwnedOutput | None:
+    """Own the --out folder (OutputLock) before any engine starts: None without --out;
+    FolderBusy (names the owner's pid) / FolderUnwritable, one line each, when another run
+    holds it or it cannot be written. A stale lock left by a dead run is taken over and said so.
+    """
+    if out is None:
+        return None
+    return OwnedOutput(out, what, argv or sys.argv[1:]).acquire()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ddlstudy.train`: own --out, check every flag, then start engines and train."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    prog = "python -m ddlstudy.train"
     try:
-        config = config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
-        config.validate()
-    except ValueError as err:
-        parser.error(str(err))
-    problem = check_fault_args(args, config) or check_network_args(args)
-    if problem:
-        parser.error(problem)
+        owned = take_output(out_from_argv(args_list), "train", args_list)
+    except OutputFolderError as err:  # busy (names the owner's pid) or unwritable
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    started = False
+    try:
+        parser = _parser()
+        args = parser.parse_args(args_list)
+        from ddlstudy.cluster.engines import handle_signals
+
+        handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
+        try:
+            config = config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
+            config.validate()
+        except ValueError as err:
+            parser.error(str(err))
+        problem = (check_fault_args(args, config) or check_network_args(args)
+                   or check_data(config))
+        if problem:
+            parser.error(problem)
+        started = True
+        return _run(args, config)
+    finally:
+        if owned is not None:
+            owned.release(keep_new=started)
+
+
+def _run(args: argparse.Namespace, config: TrainConfig) -> int:
+    """Start the engines (or emulated cluster), train, print the results; the exit code."""
     from dataclasses import replace
 
-    from ddlstudy.cluster.engines import ClusterError
+    from ddlstudy.cluster.engines import ClusterError, Interrupted
     from ddlstudy.experiments.grid import dilation, emulated_cluster
     from ddlstudy.train.trainer import train
 
@@ -229,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (TimeoutError, RuntimeError) as err:
         print(f"python -m ddlstudy.train: run failed: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # run-time I/O (a full disk): one line, the temp files are gone
+        where = f" ({_printable(err.filename)})" if getattr(err, "filename", None) else ""
+        print(f"python -m ddlstudy.train: run failed: cannot write the records{where}: "
+              f"{err.strerror or err}; free space or choose another --out", file=sys.stderr)
         return 1
     except Interrupted as err:
         print(f"interrupted by {err}; engines stopped", file=sys.stderr)

@@ -29,7 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from ddlstudy.chapters.registry import CHAPTER_NAMES
 from ddlstudy.collectives.registry import ALGORITHMS
-from ddlstudy.network.profiles import PROFILES
+from ddlstudy.network.profiles import MIN_SCALE, PROFILES
 from ddlstudy.registry import LiveNames
 from ddlstudy.strategies.registry import STRATEGIES, get_strategy, servers_for
 from ddlstudy.workload.catalog import DATASETS as DATASET_SPECS
@@ -50,19 +50,35 @@ NETWORKS = LiveNames(lambda: ("none", *PROFILES))
 # The chapters, from the one chapter registry (ddlstudy.chapters.registry): a live view.
 CHAPTERS = CHAPTER_NAMES
 
-# Input limits: a params file is a few KB; these stop a small file allocating gigabytes.
-MAX_FILE_BYTES = 1 << 20
-MAX_NODES = 100_000  # YAML nodes after alias expansion (an alias bomb multiplies them)
+# Input limits: a params file is a few KB (the largest here, default.yaml, is under 8 KiB);
+# these stop a small file allocating gigabytes. The size is checked before anything is parsed:
+# PyYAML composes every node before it can count them, ~3.7 KB of memory per key (60,000 keys in
+# a 1 MiB file took 226 MB), so 64 KiB bounds a refused file to a few MB.
+MAX_FILE_BYTES = 64 << 10
+MAX_NODES = 20_000  # YAML nodes after alias expansion (an alias bomb multiplies them)
 MAX_DEPTH = 32  # mapping/list nesting
 MAX_LINE = 300  # characters of an error line
 MAX_TIMEOUT_S = 86_400.0  # a day
+MAX_SEED = 2**32 - 1  # numpy's seed range
+MIN_INTERVAL_S = 0.01  # the monitor's sampling interval: psutil and /proc cannot do better
+BUFFERS_PER_RANK = 2  # a collective holds its input and its result on every rank
 RUN_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"  # a plain name: no separators, no . or ..
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
 
 
 class ParamsError(ValueError):
-    """One line: which file, which key, what is wrong, how to fix it."""
+    """One line: which file, which key, what is wrong, how to fix it. Control bytes a user
+    typed (a key with terminal escapes) are shown escaped, never sent to the terminal raw."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(_escape(str(message)))
+
+
+def _escape(text: str) -> str:
+    """`text` with line breaks as spaces and other control bytes escaped ('\\x1b')."""
+    return "".join(c if c.isprintable() else " " if c in "\n\r\t" else repr(c)[1:-1]
+                   for c in text)
 
 
 def parse_size(value: int | str) -> int:
@@ -76,6 +92,56 @@ def parse_size(value: int | str) -> int:
         raise ValueError(f"{value!r} is not a size; write e.g. 8, 8K, 64M or 1G")
     number, unit = float(m.group(1)), (m.group(2) or "B").upper()[:1]
     return int(number * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
+
+
+def collective_memory_problem(max_bytes: int, ranks: int, what: str = "max_bytes") -> str | None:
+    """None when `ranks` local ranks, each holding BUFFERS_PER_RANK buffers of `max_bytes`, fit
+    this machine's memory; else the one-line problem (flags and params share it)."""
+    need = max_bytes * ranks * BUFFERS_PER_RANK
+    have = machine_memory()
+    if need > have:
+        return (f"{what} {max_bytes} bytes x {ranks} ranks x {BUFFERS_PER_RANK} buffers = {need} "
+                f"bytes is more than this machine's memory ({have} bytes); ask for less")
+    return None
+
+
+def replay_source_problem(source: str) -> str | None:
+    """None when a replay source can be read: 'measured', 'gpu', a stored table's name or an
+    existing CSV file; else the one-line problem (checked before anything starts)."""
+    from ddlstudy.workload.replay import TABLES
+
+    if source in ("measured", "gpu") or (TABLES / f"{source}.csv").is_file():
+        return None
+    path = Path(source)
+    if not path.is_absolute() and not path.exists():
+        path = _project_root() / path
+    if path.is_file():
+        return None
+    stored = ", ".join(sorted(p.stem for p in TABLES.glob("*.csv")))
+    return (f"replay table {source!r} not found: use 'measured', 'gpu', one of [{stored}], or "
+            "an existing CSV path")
+
+
+def _replay_source(v: str) -> str:
+    problem = replay_source_problem(v)
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
+ReplaySource = Annotated[str, AfterValidator(_replay_source)]
+
+
+def _check_seeds(v: list[int]) -> list[int]:
+    if not v or len(set(v)) != len(v) or any(not 0 <= s <= MAX_SEED for s in v):
+        raise ValueError(f"seeds must be distinct integers 0..{MAX_SEED}, e.g. [0, 1, 2]")
+    return v
+
+
+def _nonempty_models(v: list[str]) -> list[str]:
+    if not v:
+        raise ValueError("name at least one model, e.g. [resnet18]")
+    return _known(v, MODEL_NAMES, "model")
 
 
 def _worker_counts(v: list[int]) -> list[int]:
@@ -119,7 +185,15 @@ RealDataset = Annotated[str, AfterValidator(_one_real_dataset)]
 FileDataset = Annotated[str, AfterValidator(_one_file_dataset)]
 AlgorithmName = Annotated[str, AfterValidator(_one_algorithm)]
 ModelNames = Annotated[list[str], AfterValidator(_model_names)]
+ModelList = Annotated[list[str], AfterValidator(_nonempty_models)]  # at least one
 ModelName = Annotated[str, AfterValidator(_one_model)]
+
+
+def _project_root() -> Path:
+    """The checkout (records paths in params are relative to it)."""
+    from ddlstudy.records.store import project_root
+
+    return project_root()
 
 
 def machine_memory() -> int:
@@ -253,6 +327,9 @@ class CollectivesParams(_Section):
     def _order(self) -> CollectivesParams:
         if self.min_bytes > self.max_bytes:
             raise ValueError(f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes})")
+        problem = collective_memory_problem(self.max_bytes, max(self.ranks))
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -273,7 +350,7 @@ class TrainingParams(_Section):
     overlap: bool = True
     network: str = "none"
     compute: Literal["real", "replay"] = "real"
-    replay_source: str = Field("measured", description="'measured', 'gpu' or a CSV path")
+    replay_source: ReplaySource = Field("measured", description="'measured', 'gpu' or a CSV path")
 
     def servers_for(self, strategy: str) -> int:
         """Engines a strategy needs beyond its workers (server processes, a TF chief), from
@@ -285,6 +362,8 @@ class TrainingParams(_Section):
     @field_validator("strategies")
     @classmethod
     def _strategies(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one strategy, e.g. [ps_sync, allreduce]")
         return _known(v, STRATEGY_NAMES, "strategy")
 
     @field_validator("network")
@@ -297,8 +376,9 @@ class NetworkParams(_Section):
     """The emulated cluster network (ddlstudy.network.emulated.netem) and chapter 05's profile
     comparison."""
 
-    scale: float | None = Field(None, gt=0, le=1, description="emulated link rate = profile rate x "
-                                "scale; None: the largest that fits the host (netem.scale_for)")
+    scale: float | None = Field(None, ge=MIN_SCALE, le=1, description="emulated link rate = "
+                                "profile rate x scale; None: the largest that fits the host "
+                                "(netem.scale_for)")
     offload: bool = Field(True, description="segmentation offload on the emulated links: on moves "
                           "several times more per CPU; chapter 04 turns it off to count packets")
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
@@ -309,7 +389,7 @@ class NetworkParams(_Section):
     batch_size: int = Field(32, ge=1, le=1 << 16)
     steps: int = Field(2, ge=1, le=10_000_000)
     warmup_steps: int = Field(1, ge=0, le=1_000_000)
-    replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
+    replay_source: ReplaySource = Field("gpu", description="'measured', 'gpu' or a CSV path")
     # chapter 03's emulated section: PS vs ring per model on `chapter03_profile` links with
     # compute replayed (workers, algorithm, steps as above); [] leaves only the one-host run
     chapter03_models: ModelNames = Field(default_factory=list)
@@ -348,9 +428,9 @@ class NetworkParams(_Section):
 
 
 class MonitorParams(_Section):
-    interval_s: float = Field(0.5, gt=0, le=3600)
+    interval_s: float = Field(0.5, ge=MIN_INTERVAL_S, le=3600)
     workers: WorkerCounts = Field(default_factory=lambda: [2, 4])
-    models: ModelNames = Field(default_factory=lambda: ["resnet18"])
+    models: ModelList = Field(default_factory=lambda: ["resnet18"])
     steps: int = Field(10, ge=1, le=10_000_000)
 
 
@@ -362,21 +442,22 @@ class ProjectionParams(_Section):
     records: list[str] = Field(default_factory=lambda: ["results/reference"],
                                description="measured run folders to validate on (relative to "
                                "the project root), besides this run's own")
-    replay_source: str = Field("gpu", description="compute table: 'gpu' or a device CSV")
-    compute_scale: float = Field(1.0, gt=0, description="what-if: x the table's compute time")
-    models: ModelNames = Field(default_factory=lambda: ["alexnet", "vgg16", "vgg19", "resnet50",
+    replay_source: ReplaySource = Field("gpu", description="compute table: 'gpu' or a device CSV")
+    compute_scale: float = Field(1.0, gt=0, le=1000,
+                                 description="what-if: x the table's compute time")
+    models: ModelList = Field(default_factory=lambda: ["alexnet", "vgg16", "vgg19", "resnet50",
                                                         "resnet152"])
     shape: ShapeName = "cifar"
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1, le=1 << 16)
     workers: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6])
     profile: str = "10GbE"
     scaling_model: ModelName = "resnet50"
     scaling_shape: ShapeName = "imagenet"
-    scaling_batch_size: int = Field(128, ge=1)
+    scaling_batch_size: int = Field(128, ge=1, le=1 << 16)
     scaling_workers: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128,
                                                                 256, 512, 1024])
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
-    latency_s: float | None = Field(None, ge=0, description="what-if: one latency for every "
+    latency_s: float | None = Field(None, ge=0, le=10, description="what-if: one latency for every "
                                     "profile (None: each profile's own)")
     algorithm: AlgorithmName = "ring_pipelined"
     servers: list[int] = Field(default_factory=lambda: [1, 4, 0],
@@ -403,15 +484,26 @@ class ProjectionParams(_Section):
     @field_validator("servers")
     @classmethod
     def _servers(cls, v: list[int]) -> list[int]:
-        if not v or any(s < 0 for s in v):
-            raise ValueError("server counts must be >= 1, or 0 for S = N, e.g. [1, 4, 0]")
+        if not v or any(s < 0 or s > 4096 for s in v):
+            raise ValueError("server counts must be 1..4096, or 0 for S = N, e.g. [1, 4, 0]")
         return v
 
     @field_validator("bucket_mb")
     @classmethod
     def _buckets(cls, v: list[float]) -> list[float]:
-        if not v or any(b <= 0 for b in v):
-            raise ValueError("bucket sizes must be > 0 MiB, e.g. [1, 25]")
+        if not v or any(not 0 < b <= 1 << 16 for b in v):
+            raise ValueError("bucket sizes must be in (0, 65536] MiB, e.g. [1, 25]")
+        return v
+
+    @field_validator("records")
+    @classmethod
+    def _records(cls, v: list[str]) -> list[str]:
+        for folder in v:
+            path = Path(folder)
+            path = path if path.is_absolute() else _project_root() / path
+            if path.exists() and not (path / "meta.json").is_file():
+                raise ValueError(f"{folder!r} is not a run folder (no meta.json in it); name "
+                                 "measured run folders, e.g. [results/reference]")
         return v
 
 
@@ -431,7 +523,7 @@ class ConvergenceParams(_Section):
     2019's all-reduce order vs accuracy (Fig 16)."""
 
     datasets: list[RealDataset] = Field(default_factory=lambda: ["mnist", "fashion_mnist"])
-    models: ModelNames = Field(default_factory=lambda: ["mlp", "shallow_cnn"])
+    models: ModelList = Field(default_factory=lambda: ["mlp", "shallow_cnn"])
     strategies: LocalStrategies = Field(default_factory=lambda: [
         "single", "ps_sync", "ps_async", "allreduce", "ddp"])
     model_strategies: dict[ModelName, LocalStrategies] = Field(
@@ -463,15 +555,13 @@ class ConvergenceParams(_Section):
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, v: list[int]) -> list[int]:
-        if not v or len(set(v)) != len(v) or any(s < 0 for s in v):
-            raise ValueError("seeds must be distinct integers >= 0, e.g. [0, 1, 2]")
-        return v
+        return _check_seeds(v)
 
 
 class BatchSizeParams(_Section):
     """Chapter 09: Pani's batch-size sweep (1 vs N workers) and Malik 2018's emulated one."""
 
-    models: ModelNames = Field(default_factory=lambda: ["shallow_cnn", "resnet18"])
+    models: ModelList = Field(default_factory=lambda: ["shallow_cnn", "resnet18"])
     accuracy_models: ModelNames = Field(default_factory=lambda: ["shallow_cnn"],
                                         description="trained `epochs` full passes and tested; "
                                         "the others run `steps` timed steps (throughput only)")
@@ -500,6 +590,11 @@ class BatchSizeParams(_Section):
         if not v or any(b < 1 or b > 1 << 16 for b in v):
             raise ValueError("each batch size must be 1..65536, e.g. [32, 128, 512]")
         return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        return _check_seeds(v)
 
     @field_validator("max_batch")
     @classmethod
@@ -530,7 +625,7 @@ class FrameworksParams(_Section):
     steps: int = Field(3, ge=1, le=10_000_000)
     warmup_steps: int = Field(1, ge=0, le=1_000_000)
     compute: str = Field("replay", pattern="^(real|replay)$")
-    replay_source: str = Field("gpu", description="'measured', 'gpu' or a CSV path")
+    replay_source: ReplaySource = Field("gpu", description="'measured', 'gpu' or a CSV path")
     repeats: int = Field(1, ge=1, le=100, description="interleaved repeats per cell (1: the "
                          "timed chunks of each run give the spread, labelled so)")
     timeline: bool = Field(True, description="record and draw one Horovod run's timeline")
@@ -599,7 +694,7 @@ class StudyParams(_Section):
 
     run_id: str = Field("default", pattern=RUN_ID,
                         description="a plain folder name under the output root")
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     repeats: int = Field(3, ge=1, le=100, description="interleaved repeats of every measured "
                          "cell that feeds a verdict (grid cells, chapter 02's collectives)")
     cluster: ClusterParams = Field(default_factory=ClusterParams)
@@ -614,6 +709,15 @@ class StudyParams(_Section):
     frameworks: FrameworksParams = Field(default_factory=FrameworksParams)
     faults: FaultsParams = Field(default_factory=FaultsParams)
     report: ReportParams = Field(default_factory=ReportParams)
+
+    @model_validator(mode="after")
+    def _chapter03_has_models(self) -> StudyParams:
+        if ("03_ps_vs_ring" in self.report.chapters and not self.training.models
+                and not self.network.chapter03_models):
+            raise ValueError("chapter 03 is in report.chapters but training.models and "
+                             "network.chapter03_models are both empty; name a model or drop "
+                             "the chapter")
+        return self
 
     @model_validator(mode="after")
     def _fits_cluster(self) -> StudyParams:
@@ -834,7 +938,7 @@ def _one_line(err: ValidationError) -> str:
 
 
 def _clip(line: str, limit: int = MAX_LINE) -> str:
-    line = " ".join(line.split())
+    line = " ".join(_escape(line).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 

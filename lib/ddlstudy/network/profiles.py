@@ -51,3 +51,7 @@ PROFILES: dict[str, Profile] = {
     ]
 }
 UNSHAPED = "unshaped"
+# The smallest emulated scale: 1GbE x 0.001 = 1 Mbit/s, the slowest rate the tc shaping (tbf, with
+# its burst sized for one MTU frame per timer tick) was checked at. Below it a rate rounds towards
+# 0 bit/s and tc refuses it.
+MIN_SCALE = 0.001

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from ddlstudy.records.lock import atomic_path, atomic_write_text
 from ddlstudy.records.resume import code_digest
 
 _PACKAGES = ("ddlstudy", "torch", "numpy", "pandas", "ipyparallel", "papermill", "tensorflow-cpu",
@@ -102,9 +103,8 @@ def write_meta(out_dir: str | Path, params: dict[str, Any] | None = None,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
-    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")  # temp + rename: never half a meta.json
-    tmp.write_text(json.dumps(run_meta(params, **extra), indent=2, default=str) + "\n")
-    tmp.replace(path)
+    # a temp unique per process and thread + rename: never half a meta.json, never another's
+    atomic_write_text(path, json.dumps(run_meta(params, **extra), indent=2, default=str) + "\n")
     return path
 
 
@@ -113,13 +113,14 @@ def read_meta(out_dir: str | Path, name: str = "meta.json") -> dict[str, Any]:
 
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str) -> Path:
-    """Write `name`.csv atomically, so an interrupted run never leaves half a table."""
+    """Write `name`.csv atomically, so an interrupted run never leaves half a table: through a
+    temp name unique per process and thread (two writers never share one), removed on any error
+    (a full disk included)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.csv"
-    tmp = path.with_suffix(".csv.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
     return path
 
 

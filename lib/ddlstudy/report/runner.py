@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from ddlstudy.config.params import ParamsError, StudyParams, load_params
 from ddlstudy.records import resume
 from ddlstudy.records import store as records
+from ddlstudy.records.lock import OutputFolderError, OutputLock
 
 NOTEBOOKS = Path(__file__).resolve().parents[3] / "notebooks"
 
@@ -160,7 +161,16 @@ class ReportResult:
 def run_report(params_files: list[str], out: str | None = None) -> ReportResult:
     params = load_params(*params_files)
     run_dir = Path(out) if out else Path("outputs") / params.run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # one owner per run folder: a second report (or reference) on it stops here, in one line
+    with OutputLock(run_dir, "report " + " ".join(f"--params {p}" for p in params_files)
+                    + f" --out {run_dir}") as lock:
+        if lock.takeover_note:
+            tqdm.write(f"{lock.takeover_note}; its finished chapters are kept")
+        return _run_owned(params, params_files, run_dir)
+
+
+def _run_owned(params: StudyParams, params_files: list[str], run_dir: Path) -> ReportResult:
+    """run_report's work once the run folder is owned."""
     records.write_meta(run_dir, params.model_dump(mode="json"), params_files=params_files,
                        digest=params.digest())
     jobs = plan(params, run_dir, params_files)
@@ -202,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(cluster.owner_env())  # kernels' clusters die with this runner
     try:
         result = run_report(args.params, args.out)
-    except ParamsError as err:
+    except (ParamsError, OutputFolderError) as err:  # bad params, busy or unwritable --out
         print(f"error: {err}", file=sys.stderr)
         return 2
     except cluster.Interrupted as err:

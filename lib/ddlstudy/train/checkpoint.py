@@ -22,13 +22,14 @@ import hashlib
 import io
 import json
 import logging
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ddlstudy.records.lock import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,9 @@ def save(out_dir: str | Path, state: dict[str, Any]) -> Path:
     payload = buf.getvalue()
     target = path_for(out_dir, int(state["step"]))
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
+    # a temp unique per process and thread, fsynced, renamed; removed on any error (full disk)
+    atomic_write_bytes(target, MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
+                       + payload)
     for old in _listed(out_dir)[KEEP:]:
         old.unlink(missing_ok=True)
     return target

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -189,6 +190,15 @@ class TrainConfig:
         if not (0 < self.lr < math.inf and 0 < self.bucket_mb <= 1 << 16):
             raise ValueError(f"lr must be finite and > 0 and bucket_mb in (0, 65536], got "
                              f"lr={self.lr}, bucket_mb={self.bucket_mb}")
+        from ddlstudy.config.params import MAX_SEED, replay_source_problem
+
+        if not 0 <= self.momentum < 1:  # NaN fails this too
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not (
+                0 <= self.seed <= MAX_SEED):
+            raise ValueError(f"seed must be an integer 0..{MAX_SEED}, got {self.seed!r}")
+        if self.compute == "replay" and (problem := replay_source_problem(self.replay_source)):
+            raise ValueError(problem)
         if self.timeout_s is not None and not 0 < self.timeout_s <= 86_400:
             raise ValueError(f"timeout must be in (0, 86400] seconds (a day), got "
                              f"{self.timeout_s:g}")
@@ -729,9 +739,29 @@ def _start_engines(cluster: Any, config: TrainConfig, run_id: str, replay_s: flo
     return infos
 
 
+def run_owner() -> dict[str, Any]:
+    """Who is running: pid, host and start time (ISO, UTC) of this driver process. A checkpoint
+    carries it, so a resumed run can say whose run it continues."""
+    import datetime as dt
+    import socket
+
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+
+
+def owner_line(owner: dict[str, Any] | None) -> str:
+    """' (written by pid P on H, run started T)' for a checkpoint's owner, '' when unknown."""
+    if not owner:
+        return ""
+    return (f" (written by pid {owner.get('pid')} on {owner.get('host')}, run started "
+            f"{owner.get('started')})")
+
+
 def _take_checkpoint(cluster: Any, config: TrainConfig, live: TrainConfig, run_id: str,
-                     prog: _Progress, timeout_s: float) -> dict[str, Any]:
-    """Worker 0's and every server's state plus the driver's records, at a chunk boundary."""
+                     prog: _Progress, timeout_s: float, owner: dict[str, Any] | None = None
+                     ) -> dict[str, Any]:
+    """Worker 0's and every server's state plus the driver's records, at a chunk boundary;
+    `owner` (run_owner) says whose run wrote it."""
     from ddlstudy.train import checkpoint
 
     servers = range(live.workers, live.workers + live.n_servers)
@@ -743,7 +773,7 @@ def _take_checkpoint(cluster: Any, config: TrainConfig, live: TrainConfig, run_i
         snap.pop(key)
     return {"step": prog.done, "fingerprint": checkpoint.fingerprint(config.to_dict()),
             "engine": engine, "driver": checkpoint.pack_driver(snap),
-            "workers": live.workers, "written": time.time()}
+            "workers": live.workers, "written": time.time(), "run": dict(owner or {})}
 
 
 def _write_progress(out_dir: str | Path, config: TrainConfig, prog: _Progress, ckpt_step: int,
@@ -812,6 +842,8 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
                          "cluster without an emulated network can start: drop --profile / "
                          "--network, or the fault options")
     ckpt = _resume_point(config, out_dir)
+    owner = run_owner()
+    resumed_run = dict(ckpt.get("run") or {}) if ckpt is not None else None
     timeout_s = config.timeout_s or cluster.collective_timeout_s
     cluster.init_process_group(world_size=world, timeout_s=timeout_s)
     run_id = uuid.uuid4().hex[:12]
@@ -843,6 +875,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
             epochs = (f" ({config.epochs} epoch(s) of {per_epoch} steps)"
                       if config.epochs is not None else "")
             again = (f"; resuming from the checkpoint at step {prog.done}"
+                     f"{owner_line(ckpt.get('run') if ckpt is not None else None)}"
                      if prog.resumed_from is not None else "")
             announce(f"Running {config.warmup_steps} warm-up + {steps} timed steps{epochs}"
                      f"{again}...")
@@ -926,6 +959,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
                 if progress:
                     tqdm.write(f"rank(s) {failure['ranks']} died at step {where}: going on with "
                                f"{live.workers} workers")
+            _check_losses(results, config)  # a NaN / inf loss stops the run (record: failed)
             wall = max(r["wall_s"] for r in results)  # barrier release skew: the longest
             step_time = wall / k
             prog.windows.append([prog.done, k, wall])
@@ -949,7 +983,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
                 if progress:
                     bar.set_postfix(acc=f"{ev['test_accuracy']:.3f}")
             if every and (prog.done % every == 0 or prog.timed_done >= steps):
-                ckpt = _take_checkpoint(cluster, config, live, run_id, prog, timeout_s)
+                ckpt = _take_checkpoint(cluster, config, live, run_id, prog, timeout_s, owner)
                 if out_dir is not None:
                     checkpoint.save(out_dir, ckpt)
                     _write_progress(out_dir, config, prog, prog.done, network=net)
@@ -986,6 +1020,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
         result.out_dir = write_result(result, out_dir, engines=cluster.info()[:world],
                                       network=net, failures=prog.failures,
                                       resumed_from=prog.resumed_from, settings=settings,
+                                      run=owner, resumed_from_run=resumed_run,
                                       **_compute_columns(config, replay_s))
     return result
 
@@ -1154,6 +1189,22 @@ def write_result(result: TrainResult, out_dir: str | Path, **extra: Any) -> Path
         records.write_table(result.failures, out, "failures")
     records.write_meta(out, result.config.to_dict(), status="ok", **extra)
     return out
+
+
+class NonFiniteLoss(RuntimeError):
+    """A worker's loss became NaN or inf: the run stops (one line) and its record says failed."""
+
+
+def _check_losses(results: list[dict[str, Any]], config: TrainConfig) -> None:
+    """Raise NonFiniteLoss at the first worker step whose loss is NaN or inf."""
+    for res in results:
+        for row in res.get("rows", ()):
+            loss = row.get("loss")
+            if row.get("role") == "worker" and loss is not None and not math.isfinite(loss):
+                raise NonFiniteLoss(
+                    f"the loss became {loss} at step {row.get('step')} on worker "
+                    f"{row.get('rank')} (lr {config.lr:g}, momentum {config.momentum:g}); "
+                    "lower --lr or check the data")
 
 
 def _write_partial(out_dir: str | Path, config: TrainConfig, rows: list[dict[str, Any]],

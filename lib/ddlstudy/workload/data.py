@@ -256,10 +256,28 @@ def _load_idx_pair(
         raise DataError(
             f"{lab_path}: {labels.shape[0]} labels for {len(images)} images in {img_path.name}"
         )
+    check_labels(labels, NUM_LABELS, lab_path)
     x = torch.from_numpy(images).unsqueeze(1).float().div_(255.0)
     if normalize:
         x = _normalize(x, dataset)
     return x, torch.from_numpy(labels.astype(np.int64))
+
+
+NUM_LABELS = 10  # every real data set here (MNIST, Fashion-MNIST, CIFAR-10, digits) has 10
+
+
+def check_labels(labels: np.ndarray | torch.Tensor, num_classes: int, where: object) -> None:
+    """DataError (one line naming the file, the first bad label and where it is) when a label
+    lies outside [0, num_classes): a model would train on it silently, or index out of range."""
+    arr = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    if not arr.size:
+        return
+    bad = np.flatnonzero((arr < 0) | (arr >= num_classes))
+    if bad.size:
+        i = int(bad[0])
+        raise DataError(f"{where}: label {arr[i]} at index {i} is outside 0..{num_classes - 1} "
+                        f"({bad.size} such labels); not a {num_classes}-class label file: "
+                        "fetch the data again (make data) or fix the file")
 
 
 def load_mnist(
@@ -520,6 +538,7 @@ def load_dataset(
     else:
         kw.setdefault("verify_md5", verify)
         x, y = load_cifar10(root, train=train, **kw)
+    check_labels(y, NUM_LABELS, f"{name} ({'train' if train else 'test'})")  # every reader
     if target is not None:
         x = _adapt(x, target)
     return x, y

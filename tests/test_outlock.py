@@ -1,0 +1,65 @@
+"""One owner per output folder (issue 23): two runs on one --out never splice their records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ddlstudy.records.lock import LOCK_NAME
+
+STEPS = 30
+
+
+def _train(out: Path, steps: int = STEPS) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "synthetic",
+         "--workers", "2", "--batch-size", "8", "--steps", str(steps), "--warmup-steps", "1",
+         "--no-progress", "--no-eval", "--timeout", "60", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _owner(out: Path, deadline: float) -> int | None:
+    """The pid in the folder's lock record, once the first run has written it."""
+    while time.monotonic() < deadline:
+        try:
+            return int(json.loads((out / LOCK_NAME).read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.05)
+    return None
+
+
+def test_second_train_on_the_same_out_is_refused_and_the_first_keeps_its_steps(
+        tmp_path: Path) -> None:
+    out = tmp_path / "same"
+    first = _train(out)
+    try:
+        assert _owner(out, time.monotonic() + 60) == first.pid, first.communicate()
+        t0 = time.monotonic()
+        second = subprocess.run(first.args, capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        assert first.poll() is None, "the first run should still be running"
+        assert second.returncode == 2, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"in use by pid {first.pid}" in lines[0], second.stderr
+        assert "Traceback" not in second.stderr and second.stdout == ""
+        assert took < 5, f"the second run was refused after {took:.1f} s"
+        print(f"second train refused in {took:.2f} s")
+        stdout, stderr = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, stderr[-3000:]
+    steps = pd.read_csv(out / "steps.csv")
+    workers = steps[steps["role"] == "worker"]
+    assert sorted(workers["step"].unique()) == list(range(1, 1 + STEPS))  # its own steps only
+    assert len(workers) == 2 * STEPS
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["run"]["pid"] == first.pid and meta["status"] == "ok"
+    assert not (out / LOCK_NAME).exists()  # released
+    assert not list(out.rglob("*.tmp"))  # no temp left
