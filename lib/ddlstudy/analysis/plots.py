@@ -438,3 +438,63 @@ def collectives_on_links(table: pd.DataFrame, title: str = "") -> Figure:
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(title, fontsize=9)
     return fig
+
+
+def regime_map(grid: pd.DataFrame, points: pd.DataFrame, words: dict[str, float], *,
+               workers: int = 6, title: str = "") -> Figure:
+    """The regime map (analytic): compute seconds per step (x) vs inter-node bandwidth (y), both
+    log. Solid lines: where the ring's scaling efficiency at `workers` reaches each of the
+    papers' words (`words`: label -> efficiency); dashed: where the best parameter server's step
+    equals the ring's (PS faster below-left of it where ps_over_ring < 1). `grid`: compute_s,
+    bandwidth_bps, ring_efficiency, ps_over_ring; `points`: kind ('testbed' or 'cell'), name,
+    compute_s, bandwidth_bps (and efficiency for cells)."""
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    xs = np.sort(grid["compute_s"].unique())
+    ys = np.sort(grid["bandwidth_bps"].unique())
+    eff = grid.pivot_table(index="bandwidth_bps", columns="compute_s",
+                           values="ring_efficiency").reindex(index=ys, columns=xs).to_numpy()
+    ratio = grid.pivot_table(index="bandwidth_bps", columns="compute_s",
+                             values="ps_over_ring").reindex(index=ys, columns=xs).to_numpy()
+    gbps = ys / 1e9
+    shade = ax.contourf(xs, gbps, eff, levels=np.linspace(0, 1, 11), cmap="Greys", alpha=0.35)
+    fig.colorbar(shade, ax=ax, label=f"ring scaling efficiency at {workers} workers (analytic)")
+    handles: list = []
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, level) in enumerate(sorted(words.items(), key=lambda kv: kv[1])):
+        color = colors[i % len(colors)]
+        if np.nanmin(eff) < level < np.nanmax(eff):
+            ax.contour(xs, gbps, eff, levels=[level], colors=[color], linewidths=2)
+        handles.append(plt.Line2D([], [], color=color, lw=2,
+                                  label=f"ring efficiency = {level:.2f}: {label}"))
+    lo, hi = float(np.nanmin(ratio)), float(np.nanmax(ratio))
+    crosses = lo < 1 < hi
+    if crosses:
+        ax.contour(xs, gbps, ratio, levels=[1.0], colors=["black"], linestyles="--",
+                   linewidths=1.5)
+    handles.append(plt.Line2D([], [], color="black", ls="--", label=(
+        "best PS step = ring step" if crosses else
+        f"best PS step = ring step: not on this grid (best PS / ring {lo:.2f}-{hi:.2f})")))
+    tb = points[points["kind"] == "testbed"] if len(points) else points
+    if len(tb):
+        ax.scatter(tb["compute_s"], tb["bandwidth_bps"] / 1e9, marker="o", s=45,
+                   color="tab:red", zorder=5)
+        for r in tb.itertuples():
+            ax.annotate(r.name, (r.compute_s, r.bandwidth_bps / 1e9), fontsize=7,
+                        xytext=(4, 3), textcoords="offset points")
+        handles.append(plt.Line2D([], [], marker="o", ls="", color="tab:red",
+                                  label="testbed (its compute, inter-node rate)"))
+    cells = points[points["kind"] == "cell"] if len(points) else points
+    if len(cells):
+        ax.scatter(cells["compute_s"], cells["bandwidth_bps"] / 1e9, marker="*", s=160,
+                   color="tab:blue", edgecolor="black", zorder=6)
+        for r in cells.itertuples():
+            ax.annotate(f"{r.efficiency:.0%} measured", (r.compute_s, r.bandwidth_bps / 1e9),
+                        fontsize=7, xytext=(4, -10), textcoords="offset points")
+        handles.append(plt.Line2D([], [], marker="*", ls="", color="tab:blue", markersize=11,
+                                  markeredgecolor="black",
+                                  label="measured cell (emulated), cluster-equivalent"))
+    ax.set(xscale="log", yscale="log", xlabel="compute time per step per worker (s)",
+           ylabel="inter-node bandwidth per node (Gb/s)")
+    ax.legend(handles=handles, fontsize=7, loc="lower right")
+    ax.set_title(title or f"regime map (analytic), {workers} workers", fontsize=9)
+    return fig

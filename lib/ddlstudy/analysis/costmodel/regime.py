@@ -1,0 +1,150 @@
+"""The regime map (issue 21, item 8), analytic: for one model, the ring's scaling efficiency at N
+workers and the best parameter server's step time over the ring's, on a grid of compute time per
+step (x) and inter-node bandwidth (y); each testbed as a point, measured cells as markers.
+
+The efficiency lines are the papers' words, at the margins the claims fixed before any run
+(ddlstudy.claims; copied here because analysis may not import claims, and
+tests/test_costmodel_regime.py checks that the copies still equal the claims' margins):
+Shi 2019's "roughly proportional" (shi_ring_proportional: efficiency >= 0.8) and Malik 2018's
+"almost linear" (malik_horovod_linear_*: efficiency >= 0.9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ddlstudy.analysis.costmodel import step as _step
+from ddlstudy.analysis.costmodel.cells import _usable
+from ddlstudy.analysis.costmodel.step import (
+    FLAT,
+    SETTINGS_ALONE,
+    Constants,
+    Link,
+    Tiers,
+    predict_step,
+)
+from ddlstudy.network.profiles import PROFILES
+from ddlstudy.testbeds import catalog
+
+WORDS: dict[str, float] = {"roughly proportional (Shi 2019)": 0.8,
+                           "almost linear (Malik 2018)": 0.9}
+# The PS variants "best PS" ranges over: (label, servers rule, overlapped, co-located).
+PS_VARIANTS: tuple[tuple[str, str, bool, bool], ...] = (
+    ("naive, 1 server", "1", False, False),
+    ("naive, S = nodes co-located", "nodes", False, True),
+    ("overlapped, 1 server", "1", True, False),
+    ("overlapped, S = nodes co-located", "nodes", True, True),
+)
+
+
+@dataclass(frozen=True)
+class RegimeMap:
+    """The map's data: `grid` (compute_s, bandwidth_bps, ring_efficiency, ps_over_ring,
+    best_ps), `points` (testbeds and measured cells: kind, name, compute_s, bandwidth_bps,
+    efficiency), the efficiency `words`, and the settings."""
+
+    model: str
+    workers: int
+    gpus_per_node: int
+    latency_s: float
+    grid: pd.DataFrame
+    points: pd.DataFrame
+    words: dict[str, float] = field(default_factory=lambda: dict(WORDS))
+
+    def table(self) -> pd.DataFrame:
+        """Grid and points in one frame (column `kind`: grid, testbed, cell), for a CSV."""
+        grid = self.grid.assign(kind="grid", name="")
+        return pd.concat([grid, self.points], ignore_index=True).assign(
+            model=self.model, workers=self.workers, gpus_per_node=self.gpus_per_node,
+            latency_s=self.latency_s, source="analytic (projected) except kind=cell")
+
+
+def ring_and_best_ps(sizes: Sequence[int], workers: int, compute_s: float, link: Link,
+                     tiers: Tiers = FLAT, c: Constants = SETTINGS_ALONE
+                     ) -> tuple[float, float, float, str]:
+    """(ring efficiency, ring step s, best PS step s, best PS variant) at one setting."""
+    ring = predict_step("allreduce", "", workers, link, compute_s, c, sizes=sizes,
+                        algorithm="ring", tiers=tiers).total(c)
+    alone = predict_step("allreduce", "", 1, link, compute_s, c, sizes=sizes).total(c)
+    nodes = len(tiers.nodes(workers))
+    best, which = np.inf, ""
+    for label, rule, overlap, colocated in PS_VARIANTS:
+        s = 1 if rule == "1" else nodes
+        t = predict_step("ps_sync", "", workers, link, compute_s, c, sizes=sizes, servers=s,
+                         tiers=tiers, ps_overlap=overlap, colocated=colocated).total(c)
+        if t < best:
+            best, which = t, label
+    return alone / ring, ring, float(best), which
+
+
+def _testbed_points(model: str, shape: str) -> pd.DataFrame:
+    rows = []
+    for tb in catalog.testbeds():
+        bw = tb.inter_node.node_rate_bps
+        comp = [r for r in catalog.compute_table(tb.name) if r["model"] == model]
+        comp.sort(key=lambda r: (r["shape"] != shape, -int(r["batch_size"])))
+        if not comp or not bw:
+            continue
+        rows.append({"kind": "testbed", "name": tb.name,
+                     "compute_s": float(comp[0]["compute_s_p50"]), "bandwidth_bps": float(bw),
+                     "efficiency": np.nan,
+                     "note": f"{comp[0]['shape']} batch {comp[0]['batch_size']}, "
+                             f"{tb.gpus_per_node.value} GPU(s) per node"})
+    return pd.DataFrame(rows)
+
+
+def _cell_points(cells: pd.DataFrame, model: str, workers: int) -> pd.DataFrame:
+    """Measured ring cells of `model`: x = the replayed compute in cluster seconds (replay_s x
+    time_dilation x network_scale), y = the profile's rate; efficiency measured against the
+    same profile's 1-worker cell."""
+    usable, _ = _usable(cells)
+    ring = usable[(usable["strategy"] == "allreduce") & (usable["model"] == model)]
+    rows = []
+    for net, part in ring.groupby("network"):
+        per = (part["wall_s"] / part["steps"]).groupby(part["workers"].astype(int)).median()
+        if 1 not in per.index or workers not in per.index:
+            continue
+        top = part[part["workers"].astype(int) == workers].iloc[0]
+        x = float(top["replay_s"]) * float(top["time_dilation"]) * float(top["network_scale"])
+        rows.append({"kind": "cell", "name": f"measured {net}, {workers} workers",
+                     "compute_s": x, "bandwidth_bps": PROFILES[net].rate_bps,
+                     "efficiency": float(per[1] / per[workers]), "note": "emulated"})
+    return pd.DataFrame(rows)
+
+
+def regime_map(model: str, *, workers: int = 6, gpus_per_node: int = 1,
+               intra: Link | None = None, latency_s: float = 10e-6, shape: str = "cifar",
+               compute_s: Sequence[float] | None = None,
+               bandwidth_bps: Sequence[float] | None = None,
+               sizes: Sequence[int] | None = None, cells: pd.DataFrame | None = None,
+               c: Constants = SETTINGS_ALONE,
+               words: Mapping[str, float] | None = None) -> RegimeMap:
+    """The regime map of `model` (analytic, SETTINGS_ALONE constants unless given): ring
+    efficiency at `workers` and best PS / ring on the grid, testbeds from ddlstudy.testbeds,
+    measured ring cells from `cells` (read_cells output) as markers. The inter-node link is
+    kernel TCP (GOODPUT) with `latency_s` everywhere on the grid."""
+    xs = np.geomspace(1e-3, 10.0, 36) if compute_s is None else np.asarray(compute_s, float)
+    ys = np.geomspace(1e8, 4e12, 36) if bandwidth_bps is None else np.asarray(bandwidth_bps,
+                                                                              float)
+    sizes = tuple(sizes) if sizes is not None else _step.gradient_bytes(model, shape)
+    tiers = Tiers(gpus_per_node, intra)
+    rows = []
+    for y in ys:
+        link = Link(float(y), latency_s)
+        for x in xs:
+            eff, ring, ps, which = ring_and_best_ps(sizes, workers, float(x), link, tiers, c)
+            rows.append({"compute_s": float(x), "bandwidth_bps": float(y),
+                         "ring_efficiency": eff, "ring_step_s": ring, "best_ps_step_s": ps,
+                         "ps_over_ring": ps / ring, "best_ps": which})
+    points = [_testbed_points(model, shape)]
+    if cells is not None and len(cells):
+        points.append(_cell_points(cells, model, workers))
+    pts = pd.concat([p for p in points if len(p)], ignore_index=True) if any(
+        len(p) for p in points) else pd.DataFrame(
+        columns=["kind", "name", "compute_s", "bandwidth_bps", "efficiency", "note"])
+    return RegimeMap(model, workers, gpus_per_node, latency_s, pd.DataFrame(rows), pts,
+                     dict(WORDS if words is None else words))

@@ -1,0 +1,48 @@
+"""`python -m ddlstudy.costmodel validate results/reference` ends with the three median lines
+(held out by configuration, published points, settings alone) of issue 21, item 7."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from ddlstudy.analysis import costmodel as M
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+LINES = [r"median relative error \(held out by configuration\): (\d+\.\d\d|nan)",
+         r"median relative error \(published, (\d+) points, (\d+) sources\): (\d+\.\d\d|nan)",
+         r"median relative error \(settings alone, no fit\): (\d+\.\d\d|nan)"]
+
+
+def test_validate_ends_with_the_three_lines_on_the_reference(capsys):
+    assert M.main(["validate", str(REFERENCE)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    for line, pattern in zip(out[-3:], LINES, strict=True):
+        assert re.fullmatch(pattern, line), line
+    n, s = map(int, re.fullmatch(LINES[1], out[-2]).groups()[:2])
+    assert n >= 8 and s >= 3
+    # each published point printed with its source above the lines
+    assert any("wang_nchc_resnet50_64gpu_10gbe" in line and "Wang (NCHC)" in line for line in out)
+    assert any(line.startswith("#   held out: other network") for line in out)
+
+
+def test_held_out_fit_uses_only_the_fit_configuration():
+    cells = M.read_cells([REFERENCE])
+    table, _, what = M.held_out_by_configuration(cells)
+    fit = table[table["role"] == "fit"]
+    assert "10GbE" in what and set(fit["network"]) == {"10GbE"}
+    assert set(fit["strategy"]) == {"allreduce"}
+    assert set(fit["model"].str.replace(r"\d+", "", regex=True)) == {"resnet"}
+    assert {"other network", "other strategy", "other family"} <= set(table["role"])
+
+
+def test_published_points_each_name_their_source_and_settings():
+    table = M.predict_published()
+    done = table[table["predicted"].notna()]
+    assert len(done) >= 8 and done["source"].nunique() >= 3
+    assert (done["settings"].str.len() > 0).all()
+    skipped = table[table["predicted"].isna()]
+    assert (skipped["skipped"].str.len() > 0).all()
+    assert isinstance(table, pd.DataFrame)
