@@ -1,9 +1,8 @@
 """Chapter 08 (convergence): accuracy per epoch per strategy, async staleness and its cost, and
 all-reduce order vs accuracy (Fourie 2019, Fig 16), from the plan to the prose.
 
-Fourie 2019's bracketing gap is tested here on the bracketing table this chapter just wrote
-(`bracketing_row`), with the statistics and verdict rule chapter 99 uses
-(ddlstudy.analysis.stats), so the chapter needs nothing from the layers above it.
+The papers' claims on this chapter's tables (Fourie 2019's bracketing gap) are stated through
+`ddlstudy.claims.engine.chapter_claims`: the same quantity, margin and verdict as chapter 99.
 """
 
 from __future__ import annotations
@@ -15,16 +14,14 @@ from typing import Any
 
 import pandas as pd
 
-from ddlstudy.analysis import plots, stats
+from ddlstudy.analysis import plots
+from ddlstudy.claims.engine import chapter_claims, claims_text
 from ddlstudy.experiments import dynamics
 from ddlstudy.experiments.grid import emulated_cluster
 from ddlstudy.records import store as records
 from ddlstudy.train.trainer import TrainConfig
 
 NAME = "08_convergence"
-FOURIE_GAP = 0.07  # Fourie 2019's accuracy gap (Fig 16: 7-10 %) bracketing would have to explain
-RING_BASED = ("ring", "ring_pipelined")
-TREE_BASED = ("tree", "recursive_doubling")  # recursive doubling is the butterfly
 
 
 @dataclass
@@ -249,39 +246,6 @@ def bracketing(S: Convergence) -> pd.DataFrame:
     return per_alg
 
 
-def bracketing_row(S: Convergence) -> dict[str, str]:
-    """Fourie 2019's gap on bracketing.csv as chapter 99 words it: best ring-based minus best
-    tree/butterfly final accuracy, same seed, against -7 % (with chapter 00's float32 drift,
-    when that chapter is in this run)."""
-    path = S.out / "bracketing.csv"
-    acc = pd.read_csv(path) if path.exists() else pd.DataFrame()
-    have = set(acc["algorithm"]) if "algorithm" in acc else set()
-    rings, trees = sorted(have & set(RING_BASED)), sorted(have & set(TREE_BASED))
-    if acc.empty or "test_accuracy" not in acc or not rings or not trees:
-        return {"verdict": stats.NOT_MEASURED,
-                "reason": f"chapter {NAME} ({NAME}) has no usable records: needs bracketing.csv "
-                          "with a ring-based and a tree/butterfly-based algorithm"}
-    seeds = acc.groupby(["seed", "algorithm"])["test_accuracy"].median().unstack()
-    ring, tree = seeds[rings].max(axis=1), seeds[trees].max(axis=1)
-    first = acc.iloc[0]
-    setup_ = ", ".join(f"{k} {first[k]}" for k in ("dataset", "dtype", "workers", "epoch")
-                       if k in acc)
-    quantity = (f"max({'/'.join(rings)}) - max({'/'.join(trees)}) final test accuracy, same seed"
-                + (f" ({setup_})" if setup_ else ""))
-    why = (f"median accuracy ring-based {ring.median():.4f}, tree/butterfly-based "
-           f"{tree.median():.4f} over {len(seeds)} seed(s)")
-    drift_csv = S.out.parent / "00_background" / "bracketing_drift.csv"
-    if "00_background" in S.P.report.chapters and drift_csv.exists():
-        drift = pd.read_csv(drift_csv)
-        if not drift.empty and "max_rel_err" in drift:
-            why += (f"; chapter 00's largest float32 summation-order error is "
-                    f"{drift['max_rel_err'].max():.1e} of sum|x|")
-    common = ring.index.intersection(tree.index)
-    est = stats.diff_ci(ring.loc[common].to_numpy(float), tree.loc[common].to_numpy(float))
-    return {"verdict": stats.interval_verdict(est, -FOURIE_GAP, -1),
-            "reason": stats.reason(est, -FOURIE_GAP, -1, quantity) + f"; {why}"}
-
-
 def text_bracketing(S: Convergence) -> str:
     """Whether the algorithms ended at the same accuracy per seed, and Fourie 2019's verdict."""
     lines = []
@@ -292,7 +256,9 @@ def text_bracketing(S: Convergence) -> str:
         lines.append("Per seed, every algorithm ended at " + (
             "exactly the same test accuracy." if same else
             "accuracies that differ in places (rounding changed some predictions)."))
-    row = bracketing_row(S)
-    lines.append(f"Fourie 2019's gap, tested here: {row['reason']} (verdict against the "
-                 f"paper's 7 % gap: **{row['verdict']}**).")
-    return " ".join(lines)
+    rows = chapter_claims(S.out.parent, NAME)
+    text = " ".join(lines)
+    if len(rows):
+        text += ("\n\nThe papers' claims on these records, judged as chapter 99 judges them "
+                 "(one definition per claim, `ddlstudy.claims`):\n\n" + claims_text(rows))
+    return text

@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from ddlstudy.analysis import plots, stats, units
+from ddlstudy.analysis import plots, stats
+from ddlstudy.claims.engine import chapter_claims, claims_text
 from ddlstudy.experiments import dynamics
 from ddlstudy.experiments.grid import dilate, emulated_cluster
 from ddlstudy.network.emulated import netem
@@ -23,8 +24,6 @@ from ddlstudy.records import store as records
 from ddlstudy.train.trainer import TrainConfig
 
 NAME = "09_batch_size"
-PANI, MALIK = "Pani", "Malik 2018"
-SAME_WITHIN = 1.1  # Malik 2018's "same performance": largest / smallest batch below this
 
 
 @dataclass
@@ -211,85 +210,7 @@ def _table(W: Sweep, name: str) -> pd.DataFrame:
     return df
 
 
-def _row(paper: str, claim: str, quantity: str, est: stats.Interval | None, no_effect: float,
-         direction: int, why: str = "") -> dict[str, str]:
-    """One claim as chapter 99 words it: the verdict and its reason from the interval."""
-    if est is None:
-        return {"paper": paper, "claim": claim, "verdict": stats.NOT_MEASURED, "reason": why}
-    reason = stats.reason(est, no_effect, direction, quantity)
-    return {"paper": paper, "claim": claim, "reason": reason + (f"; {why}" if why else ""),
-            "verdict": stats.interval_verdict(est, no_effect, direction)}
-
-
-def _missing(needs: str) -> str:
-    return f"chapter {NAME} ({NAME}) has no usable records: needs {needs}"
-
-
-def malik_rows(W: Sweep) -> list[dict[str, str]]:
-    """Malik 2018's batch claims on malik.csv: largest / smallest batch, over timed chunks."""
-    claims = {"alexnet": ("AlexNet with Horovod: \"larger batch size shows the best result\"",
-                          1.0, 1),
-              "googlenet": ("GoogLeNet with Horovod: \"All batch size shows same performance\"",
-                            SAME_WITHIN, -1),
-              "resnet50": ("ResNet50 with Horovod: \"All batch size shows same performance\"",
-                           SAME_WITHIN, -1)}
-    chunks = _table(W, "malik")
-    rows = []
-    for model, (claim, no_effect, direction) in claims.items():
-        part = chunks[chunks["model"] == model] if "model" in chunks else chunks
-        if part.empty or part["batch_size"].nunique() < 2:
-            rows.append(_row(MALIK, claim, "", None, no_effect, direction,
-                             _missing(f"malik.csv with {model} at two batch sizes (emulated "
-                                      "sweep: batch_sweep.malik_models, root)")))
-            continue
-        lo, hi = int(part["batch_size"].min()), int(part["batch_size"].max())
-        rate = "images_per_sec_cluster"
-        est = stats.ratio_ci(part.loc[part["batch_size"] == hi, rate],
-                             part.loc[part["batch_size"] == lo, rate], paired=False)
-        quantity = (f"{model}: cluster-equivalent images/sec at batch {hi} / batch {lo}"
-                    + ("" if direction > 0 else f" (same: below {SAME_WITHIN:g})"))
-        rows.append(_row(MALIK, claim, quantity, est, no_effect, direction,
-                         f"unit: {units.UNIT_NOTE[units.CHUNKS]}"))
-    return rows
-
-
-def pani_rows(W: Sweep) -> list[dict[str, str]]:
-    """Pani's loss and error claims on sweep.csv: largest / smallest batch, 1 worker, by seed."""
-    claims = [("\"with the increase in batch size, the average loss increased across the "
-               "board\"", "test_loss", "test loss", 1),
-              ("\"The classification error ... decreases with any increase in batch size\"",
-               "test_error", "test error", -1)]
-    sweep = _table(W, "sweep")
-    if not sweep.empty and "test_accuracy" in sweep:
-        sweep = sweep[sweep["test_accuracy"].notna()].assign(
-            test_error=lambda d: 1 - d["test_accuracy"])
-    rows = []
-    for claim, column, what, direction in claims:
-        if sweep.empty or column not in sweep:
-            rows.append(_row(PANI, claim, "", None, 1, direction,
-                             _missing("sweep.csv with trained (accuracy) cells")))
-            continue
-        one = sweep[sweep["workers"] == sweep["workers"].min()]
-        model = "shallow_cnn" if "shallow_cnn" in set(one["model"]) else str(one["model"].iloc[0])
-        one = one[one["model"] == model]
-        lo, hi = int(one["batch_size"].min()), int(one["batch_size"].max())
-        if lo == hi:
-            rows.append(_row(PANI, claim, "", None, 1, direction,
-                             _missing("two or more batch sizes")))
-            continue
-        a = one[one["batch_size"] == hi].groupby("seed")[column].median()
-        b = one[one["batch_size"] == lo].groupby("seed")[column].median()
-        common = a.index.intersection(b.index)
-        rule = str(one["lr_rule"].iloc[0]) if "lr_rule" in one else "lr as configured"
-        quantity = (f"{model}: {what} at batch {hi} / batch {lo}, "
-                    f"{int(one['workers'].iloc[0])} worker, same seed ({rule})")
-        rows.append(_row(PANI, claim, quantity,
-                         stats.ratio_ci(a.loc[common].to_numpy(float),
-                                        b.loc[common].to_numpy(float)), 1, direction))
-    return rows
-
-
 def text_claims(W: Sweep) -> str:
-    """Malik 2018's and Pani's batch-size claims on this run's tables, one bullet each."""
-    return "\n".join(f"- {r['paper']}: {r['claim']} -> **{r['verdict']}**: {r['reason']}"
-                     for r in malik_rows(W) + pani_rows(W))
+    """Malik 2018's and Pani's batch-size claims on this run's tables, one bullet each, judged
+    as chapter 99 judges them (`ddlstudy.claims`: one definition per claim)."""
+    return claims_text(chapter_claims(W.out.parent, NAME))

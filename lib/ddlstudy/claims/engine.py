@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -123,6 +124,29 @@ def claims_table(run_dir: str | Path, folders: Folders | None = None,
     folders = folders_from_meta(run) if folders is None else folders
     rows = [row for c in claims for row in evaluate(c, run, folders)]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def chapter_claims(run_dir: str | Path, chapter: str) -> pd.DataFrame:
+    """The rows of every claim that reads `chapter`, judged exactly as chapter 99 judges them,
+    on the chapter folders present in `run_dir`: how a chapter states a paper's claim without a
+    second definition of it (one quantity, one margin, one verdict across the book)."""
+    run = Path(run_dir)
+    claims = [c for c in CLAIMS if any(ch == chapter for ch, _ in c.reads)]
+    read = {ch for c in claims for ch, _ in c.reads}
+    folders = {ch: [ch] for ch in read if (run / ch).is_dir()}
+    return claims_table(run, folders, claims)
+
+
+def claims_text(table: pd.DataFrame) -> str:
+    """One bullet per row: paper, claim, verdict and its reason (the chapters' wording)."""
+    def why(r: Any) -> str:
+        reason = str(r.reason)
+        for prefix in (f"{r.verdict}: ", f"{r.verdict}"):
+            reason = reason.removeprefix(prefix)
+        return reason
+
+    return "\n".join(f"- {r.paper}: {r.claim} -> **{r.verdict}**: {why(r)}"
+                     for r in table.itertuples())
 
 
 def paper_counts(table: pd.DataFrame) -> pd.DataFrame:
