@@ -28,7 +28,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LOG = REPO / "outputs" / "multihost" / "test_multihost.log"
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
+# Over 3 minutes here (4.8 min, cores shared): slow as well; `pytest -m multihost` runs it.
+pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
 
 # The smallest training run the other tests use (tests/test_trainer.py TINY), fixed threads so
 # a run on 2 engines per host and one on 4 local engines do the same float arithmetic.
@@ -170,15 +171,23 @@ def local_cluster() -> Iterator[Any]:
         yield cluster
 
 
-def test_stop_leaves_no_process_on_any_host(hosts: Any, ssh_cluster: Any) -> None:
-    t0 = time.monotonic()
-    ssh_cluster.stop()
+def _settled(hosts: Any) -> list[set[int]]:
+    """Processes left on each host once the shared ssh connections are closed (they hold a
+    session process on each host) and the last sessions had a moment to end."""
+    hosts.close_connections()
     left: list[set[int]] = []
-    for _ in range(100):  # ssh sessions close a moment after the engines exit
+    for _ in range(100):
         left = [hosts.processes(k) for k in range(3)]
         if not any(left):
             break
         time.sleep(0.1)
+    return left
+
+
+def test_stop_leaves_no_process_on_any_host(hosts: Any, ssh_cluster: Any) -> None:
+    t0 = time.monotonic()
+    ssh_cluster.stop()
+    left = _settled(hosts)
     log(f"stop: {time.monotonic() - t0:.1f} s; processes left per host {left}")
     assert not any(left), f"processes left on the hosts: {_describe(left)}"
 
@@ -214,11 +223,8 @@ def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
     start = next(i for i, line in enumerate(lines) if line.startswith("ping-pong"))
     peers = [int(line.split()[0]) for line in lines[start + 2:] if line.strip()]
     assert sorted(set(peers)) == [1, 2, 3]
-    for _ in range(100):
-        if not any(hosts.processes(k) for k in range(3)):
-            break
-        time.sleep(0.1)
-    assert not any(hosts.processes(k) for k in range(3))
+    left = _settled(hosts)
+    assert not any(left), f"processes left on the hosts: {_describe(left)}"
 
 
 def test_bad_hosts_or_ifname_exit_2_before_starting() -> None:

@@ -426,8 +426,12 @@ class Cluster:
     def _check_versions(self) -> None:
         """Every engine must run the driver's ddlstudy: same version, same code hash."""
         mine = (_version(), code_hash())
-        if any((i.get("version"), i.get("code_hash")) != mine for i in self.infos):
-            # once more, read at the same moment: an edit between the two reads is no mismatch
+        for _ in range(3):
+            if all((i.get("version"), i.get("code_hash")) == mine for i in self.infos):
+                break
+            # read again, all at once: a file edited between two reads (a checkout shared with
+            # the nodes, being edited) is no mismatch; one that stays different is
+            time.sleep(1.0)
             hashes = self._wait_all([self.client[e].apply_async(code_hash)
                                      for e in self.engine_ids], self.start_timeout_s)
             mine = (_version(), code_hash())

@@ -133,9 +133,6 @@ class LaunchSpec:
             except ValueError:
                 raise LaunchError(f"bad controller_ip {self.controller_ip!r}: an IPv4 address "
                                   "of this machine the engines can reach") from None
-            if self.launcher != "local" and self.controller_ip.startswith("127."):
-                raise LaunchError(f"controller_ip {self.controller_ip} is loopback: engines on "
-                                  "other hosts cannot reach it")
         elif self.ifname is not None:
             ip = interface_ipv4(self.ifname)
             if ip is None:
@@ -143,6 +140,10 @@ class LaunchSpec:
                                   "machine: name the nodes' interface (`ip -br addr`), or set "
                                   "controller_ip to this machine's address on that network")
             self.controller_ip = ip
+        if self.launcher == "ssh" and str(self.controller_ip).startswith("127."):
+            # (slurm / mpi on one node may use loopback)
+            raise LaunchError(f"controller_ip {self.controller_ip} is loopback: engines on "
+                              "other hosts cannot reach it; name the nodes' interface")
         for key, value in self.env.items():
             if not ENV_NAME_RE.match(str(key)) or not isinstance(value, str):
                 raise LaunchError(f"bad env entry {key!r}: {value!r}: names like NAME, values "
@@ -202,15 +203,21 @@ class LaunchSpec:
             sec.scp_args = list(self.ssh_args)
             sec.environment = env
             sec.delay = 0.0
+            # Each engine's launcher waits on its remote pid through ssh, poll_seconds per
+            # call (default 60), and a stop joins that wait: 5 s bounds the stop.
+            sec.poll_seconds = 5
             kwargs.update(engine_launcher_class=ipl.SSHEngineSetLauncher, n=self.slots)
         elif self.launcher == "slurm":
             sec = cfg.SlurmEngineSetLauncher
             sec.environment = env
             sec.engine_cmd = [python, "-m", "ipyparallel.engine"]
+            # sbatch flags on its command line (ipyparallel's `options` reaches no template)
             opts = list(self.launcher_args)
             if self.hosts:
                 opts.append("--nodelist=" + ",".join(h.name for h in self.hosts))
-            sec.options = shlex.join(opts) if opts else ""
+                if len({h.slots for h in self.hosts}) == 1:
+                    opts.append(f"--ntasks-per-node={self.hosts[0].slots}")
+            sec.submit_command = ["sbatch", *opts]
             kwargs.update(engine_launcher_class=ipl.SlurmEngineSetLauncher)
             if self.hosts:
                 kwargs["n"] = self.slots
