@@ -124,12 +124,29 @@ def tuning(env: dict[str, str] | None = None) -> dict[str, Any]:
     return out
 
 
+def start_rendezvous(ip: str) -> tuple[Any, int]:
+    """Horovod's RendezvousServer listening on `ip` only (the cluster's address: 127.0.0.1 for a
+    local cluster), on a port the OS picks. Its own `start()` binds ('', port): every interface,
+    an unauthenticated HTTP server. Returns (server, port); `server.stop()` works as usual."""
+    from horovod.runner.http.http_server import (
+        RendezvousHandler,
+        RendezvousHTTPServer,
+        RendezvousServer,
+    )
+    from horovod.runner.util.threads import in_thread
+
+    server = RendezvousServer()
+    httpd = RendezvousHTTPServer((ip, 0), RendezvousHandler, 0)
+    server._httpd = httpd  # what RendezvousServer.start sets, with the address bound
+    server._listen_thread = in_thread(target=httpd.serve_forever)
+    return server, int(httpd.server_address[1])
+
+
 def rendezvous(rank: int, world: int, timeout_s: float) -> Any:
     """Start Horovod on this rank through rank 0's RendezvousServer; returns (hvd, server)."""
     import torch.distributed as dist
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.gloo_run import create_slot_env_vars
-    from horovod.runner.http.http_server import RendezvousServer
 
     from ddlstudy.frameworks import host_ip
 
@@ -142,8 +159,7 @@ def rendezvous(rank: int, world: int, timeout_s: float) -> Any:
     plan = get_host_assignments(parse_hosts(_host_plan(addrs)), world)
     server, port = None, [0]
     if rank == 0:
-        server = RendezvousServer()
-        port = [server.start()]
+        server, port[0] = start_rendezvous(ip)
         server.init(plan)
     dist.broadcast_object_list(port, src=0)
     slot = next(s for s in plan if s.rank == rank)
