@@ -34,10 +34,22 @@ def finished_run(tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatc
     run.mkdir()
     jobs = report.plan(params, run, files)
     for job in jobs:  # in run order, as run_report would: 99 last, stamping what it read
-        (run / f"{job.name}.ipynb").write_text("{}")
+        _finished_outputs(run, job)
         resume.write_json_atomic(report.marker_path(run, job), {
             "digest": job.digest(params, report.upstream(job, jobs, run)), "finished": 1.0})
     return params, run, jobs, pkg, nbs
+
+
+def _finished_outputs(run: Path, job) -> None:
+    """What a finished chapter leaves: a non-empty executed notebook and its declared tables."""
+    from ddlstudy.chapters.registry import get_chapter
+
+    (run / f"{job.name}.ipynb").write_text('{"cells": [{"cell_type": "code", "source": ""}]}')
+    folder = run / job.name
+    folder.mkdir(exist_ok=True)
+    for table, columns in get_chapter(job.chapter).tables.items():
+        pd.DataFrame({c: [1] for c in (columns or ("x",))}).to_csv(folder / f"{table}.csv",
+                                                                  index=False)
 
 
 def _done(params, run, jobs) -> dict[str, bool]:
@@ -71,6 +83,56 @@ def test_conclusions_rerun_when_a_chapter_they_read_reran(finished_run) -> None:
         "digest": first.digest(params), "finished": 2.0})
     done = _done(params, run, jobs)
     assert done["00_background"] and not done["99_conclusions"]
+
+
+def test_a_deleted_or_damaged_output_means_not_done(finished_run) -> None:
+    """Resume checks what a chapter left, not only its marker (issue 23)."""
+    params, run, jobs, _, _ = finished_run
+    (run / "00_background" / "worked_costs.csv").unlink()  # a deleted table
+    (run / "01_cluster_setup" / "p2p.csv").write_text("")  # an empty one
+    (run / "02_collectives.ipynb").write_text("")  # a 0-byte executed notebook
+    j03 = next(j for j in jobs if j.chapter == "03_ps_vs_ring")
+    pd.DataFrame({"model": [1]}).to_csv(run / j03.name / "summary.csv", index=False)  # columns
+    done = _done(params, run, jobs)
+    assert not any(done[n] for n in ("00_background", "01_cluster_setup", "02_collectives",
+                                     j03.name))
+    assert sum(done.values()) == len(jobs) - 4
+    why = report.why_not_done(jobs[0], run, params, jobs)
+    assert "worked_costs.csv" in why
+
+
+def test_the_environment_is_in_the_digest(finished_run, monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    """Reference records, the netem calibration, root / namespaces and package versions."""
+    params, run, jobs, _, _ = finished_run
+    base = report.environment(params)
+    for key, value in [("reference", "other"), ("calibration", ["other"]),
+                       ("root", not base["root"]), ("namespaces", not base["namespaces"]),
+                       ("versions", {**base["versions"], "torch": "0.0"})]:
+        monkeypatch.setattr(report, "environment", lambda p, k=key, v=value: {**base, k: v})
+        assert not any(_done(params, run, jobs).values()), key
+    monkeypatch.undo()
+    ref = tmp_path / "ref"
+    (ref / "x").mkdir(parents=True)
+    (ref / "x" / "summary.csv").write_text("a\n1\n")
+    from ddlstudy.records import reference
+
+    monkeypatch.setattr(reference, "reference_dir", lambda: ref)
+    first = report.environment(params)["reference"]
+    (ref / "x" / "summary.csv").write_text("a\n2\n")
+    assert report.environment(params)["reference"] != first
+
+
+def test_an_unknown_kernel_is_refused_before_anything(tmp_path: Path, repo_root: Path) -> None:
+    from ddlstudy.config.params import ParamsError
+
+    bad = tmp_path / "k.yaml"
+    bad.write_text("report:\n  kernel: no-such-kernel\n")
+    out = tmp_path / "run"
+    with pytest.raises(ParamsError, match="no Jupyter kernel named 'no-such-kernel'"):
+        report.run_report([str(repo_root / "params/default.yaml"),
+                           str(repo_root / "params/ci.yaml"), str(bad)], str(out))
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", ""])

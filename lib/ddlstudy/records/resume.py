@@ -71,3 +71,46 @@ def read_marker(path: str | Path) -> dict[str, Any] | None:
 def clear_marker(path: str | Path) -> None:
     """Remove a marker before its result is rebuilt: an interrupted rerun is then not done."""
     Path(path).unlink(missing_ok=True)
+
+
+def tree_digest(folders: list[Path], suffixes: tuple[str, ...] = (".csv", ".json")) -> str:
+    """Digest of the record files (csv, json) under `folders`, recursively, paths included; a
+    missing folder counts as 'missing' (so creating it later changes the digest)."""
+    h = hashlib.sha256()
+    for folder in folders:
+        folder = Path(folder)
+        h.update(str(folder).encode() + b"\0")
+        if not folder.is_dir():
+            h.update(b"missing\0")
+            continue
+        files = [p for p in folder.rglob("*") if p.is_file() and p.suffix in suffixes]
+        h.update(files_digest(files, folder).encode() if files else b"empty")
+    return h.hexdigest()[:16]
+
+
+def notebook_ok(path: str | Path) -> bool:
+    """True when an executed notebook exists, parses and holds at least one cell (a 0-byte or
+    truncated copy is not a finished chapter)."""
+    try:
+        nb = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(nb, dict) and isinstance(nb.get("cells"), list) and bool(nb["cells"])
+
+
+def tables_ok(folder: str | Path, tables: dict[str, tuple[str, ...]]) -> str | None:
+    """None when every declared table `<folder>/<name>.csv` exists, parses and carries its
+    declared columns; else what is wrong (one line)."""
+    import pandas as pd
+
+    for name, columns in tables.items():
+        path = Path(folder) / f"{name}.csv"
+        try:
+            found = pd.read_csv(path, nrows=5).columns
+        except (OSError, ValueError) as err:  # missing, empty, unparsable
+            return f"{path}: {type(err).__name__}"
+        missing = set(columns) - set(found)
+        if missing:
+            return f"{path}: lacks columns {sorted(missing)}"
+    return None
+

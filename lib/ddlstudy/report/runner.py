@@ -38,13 +38,36 @@ class Job:
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
 
-    def digest(self, params: StudyParams, inputs: dict[str, Any] | None = None) -> str:
+    def digest(self, params: StudyParams, inputs: dict[str, Any] | None = None,
+               env: dict[str, Any] | None = None) -> str:
         """What the chapter's result depends on: params, notebook parameters, the notebook's
-        content, the code's content (ddlstudy.records.resume) and, for 99, the markers it reads."""
+        content, the code's content (ddlstudy.records.resume), for 99 the markers it reads, and
+        the environment it ran in (`environment`: reference records, netem calibration, root /
+        namespaces, package versions)."""
         return records_digest(params.digest(), {
             "nb": self.parameters,
             "notebook": resume.file_digest(NOTEBOOKS / f"{self.chapter}.ipynb"),
-            "code": resume.code_digest(), "inputs": inputs or {}})
+            "code": resume.code_digest(), "inputs": inputs or {},
+            "env": env if env is not None else environment(params)})
+
+
+def environment(params: StudyParams) -> dict[str, Any]:
+    """Inputs outside lib/ddlstudy a chapter's result depends on: the reference records it may
+    show or validate on (results/reference and projection.records), the netem calibration
+    (outputs/netem_calibration.json), whether this host is root and can build namespaces, and
+    the package versions. A change in any of them reruns the chapters."""
+    from ddlstudy.network.emulated import netem
+    from ddlstudy.records.reference import reference_dir
+
+    root = records.project_root()
+    folders = [reference_dir(), *(Path(d) if Path(d).is_absolute() else root / d
+                                  for d in params.projection.records)]
+    cal = netem.CALIBRATION_FILE
+    cals = [cal] if cal.is_absolute() else [root / cal, NOTEBOOKS / cal]
+    return {"reference": resume.tree_digest(sorted(set(folders))),
+            "calibration": [resume.file_digest(c) for c in cals],
+            "root": os.geteuid() == 0, "namespaces": netem.available()[0],
+            "versions": records.versions()}
 
 
 def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
@@ -90,17 +113,32 @@ def plan(params: StudyParams, run_dir: Path, params_files: list[str]) -> list[Jo
     return jobs
 
 
-def is_done(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None) -> bool:
-    """True only when the executed copy and a readable marker exist and the marker's digest is
-    the one this params/notebook/code (and, for 99, these upstream runs) give now."""
+def is_done(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None,
+            env: dict[str, Any] | None = None) -> bool:
+    """True only when a readable marker exists, its digest is the one this params / notebook /
+    code / environment (and, for 99, these upstream runs) give now, the executed copy is a
+    non-empty notebook and every table the chapter declares (ddlstudy.chapters.registry)
+    exists, parses and has its columns."""
+    return why_not_done(job, run_dir, params, jobs, env) is None
+
+
+def why_not_done(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None,
+                 env: dict[str, Any] | None = None) -> str | None:
+    """None when `job` is done (see is_done), else why not, in a few words."""
+    from ddlstudy.chapters.registry import get_chapter
+
     marker = resume.read_marker(marker_path(run_dir, job))
-    if marker is None or not (run_dir / f"{job.name}.ipynb").exists():
-        return False
-    return marker.get("digest") == job.digest(params, upstream(job, jobs or [], run_dir))
+    if marker is None:
+        return "no marker"
+    if marker.get("digest") != job.digest(params, upstream(job, jobs or [], run_dir), env):
+        return "inputs changed"
+    if not resume.notebook_ok(run_dir / f"{job.name}.ipynb"):
+        return "executed notebook missing or empty"
+    return resume.tables_ok(run_dir / job.name, get_chapter(job.chapter).tables)
 
 
-def execute(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None
-            ) -> str | None:
+def execute(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None,
+            env: dict[str, Any] | None = None) -> str | None:
     """Run one notebook; None when it passed, else the error's first line. The old marker goes
     first (an interrupted rerun is not done); the new one is written atomically after."""
     import papermill as pm
@@ -117,7 +155,7 @@ def execute(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None
                             extra_arguments=KERNEL_ARGS)
     except Exception as err:  # noqa: BLE001 - any failure is reported, the grid goes on
         return _first_line(err)
-    resume.write_json_atomic(marker, {"digest": job.digest(params, inputs),
+    resume.write_json_atomic(marker, {"digest": job.digest(params, inputs, env),
                                       "finished": time.time()})
     return None
 
@@ -158,8 +196,20 @@ class ReportResult:
     failed: dict[str, str]
 
 
+def check_kernel(kernel: str, params_files: list[str]) -> None:
+    """ParamsError (one line) when report.kernel names no installed Jupyter kernel: found now,
+    not after the first chapter starts."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    known = sorted(KernelSpecManager().find_kernel_specs())
+    if kernel not in known:
+        raise ParamsError(f"{', '.join(params_files)}: report.kernel: no Jupyter kernel named "
+                          f"{kernel!r}; installed: {', '.join(known) or 'none'} (make kernel)")
+
+
 def run_report(params_files: list[str], out: str | None = None) -> ReportResult:
     params = load_params(*params_files)
+    check_kernel(params.report.kernel, params_files)  # before any folder or chapter
     run_dir = Path(out) if out else Path("outputs") / params.run_id
     # one owner per run folder: a second report (or reference) on it stops here, in one line
     with OutputLock(run_dir, "report " + " ".join(f"--params {p}" for p in params_files)
@@ -174,17 +224,21 @@ def _run_owned(params: StudyParams, params_files: list[str], run_dir: Path) -> R
     records.write_meta(run_dir, params.model_dump(mode="json"), params_files=params_files,
                        digest=params.digest())
     jobs = plan(params, run_dir, params_files)
+    env = environment(params)  # once per run: the same for every chapter
     failures: dict[str, str] = {}
     skipped: set[str] = set()
     bar = tqdm(jobs, desc="report", unit="notebook")
     for job in bar:
         bar.set_postfix_str(job.name)
-        if is_done(job, run_dir, params, jobs):
+        why = why_not_done(job, run_dir, params, jobs, env)
+        if why is None:
             skipped.add(job.name)
             tqdm.write(f"{job.name}: reused")
             continue
+        if resume.read_marker(marker_path(run_dir, job)) is not None:  # was done: say why not
+            tqdm.write(f"{job.name}: running again ({why})")
         started = time.perf_counter()
-        error = execute(job, run_dir, params, jobs)
+        error = execute(job, run_dir, params, jobs, env)
         took = f"{time.perf_counter() - started:.0f} s"
         if error:
             failures[job.name] = error
