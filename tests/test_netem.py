@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddlstudy.network.emulated import netem
+from ddlstudy.network.emulated import measure, netem
 
 AVAILABLE, WHY = netem.available()
 
@@ -118,8 +118,8 @@ def test_exception_inside_the_block_still_removes_everything() -> None:
 @needs_netns
 def test_cleanup_all_removes_a_crashed_run_but_not_a_live_one() -> None:
     # A process that builds a network and dies without cleaning up (os._exit skips atexit).
-    code = ("import os; from ddlstudy.network.emulated import netem; n = netem.EmulatedNetwork(2, '1GbE').up(); "
-            "print(n.run_id, flush=True); os._exit(0)")
+    code = ("import os; from ddlstudy.network.emulated import netem; "
+            "n = netem.EmulatedNetwork(2, '1GbE').up(); print(n.run_id, flush=True); os._exit(0)")
     with netem.EmulatedNetwork(1, "1GbE") as live:
         crashed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                  check=True).stdout.strip()
@@ -128,7 +128,7 @@ def test_cleanup_all_removes_a_crashed_run_but_not_a_live_one() -> None:
         assert any(crashed in r for r in removed)
         assert _ours(_snapshot(), crashed) == []
         assert _ours(_snapshot(), live.run_id), "a live run's network must survive cleanup_all"
-    cli = subprocess.run([sys.executable, "-m", "ddlstudy.network.emulated.netem", "--cleanup"],
+    cli = subprocess.run([sys.executable, "-m", "ddlstudy.netem", "--cleanup"],
                          capture_output=True, text=True)
     assert cli.returncode == 0 and cli.stdout.startswith("removed")
 
@@ -151,7 +151,7 @@ def test_offloads_off_without_ethtool(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_netns
 def test_shaped_throughput_within_10_percent() -> None:
     with netem.EmulatedNetwork(2, "10GbE") as net:
-        r = netem.measure_throughput(net, 0, 1, seconds=2.0)
+        r = measure.measure_throughput(net, 0, 1, seconds=2.0)
     print(f"10GbE/{1 / netem.DEFAULT_SCALE:g}: payload {r['payload_bps'] / 1e6:.1f} Mbit/s, "
           f"wire {r['wire_bps'] / 1e6:.1f} Mbit/s, target {r['target_bps'] / 1e6:.1f} Mbit/s")
     assert r["payload_bps"] == pytest.approx(r["target_bps"], rel=0.10)
@@ -164,7 +164,7 @@ def test_shaped_throughput_within_10_percent() -> None:
 @pytest.mark.parametrize("profile", ["1GbE", "25GbE", "IB-EDR"])
 def test_other_profiles_within_10_percent(profile: str) -> None:
     with netem.EmulatedNetwork(2, profile) as net:
-        r = netem.measure_throughput(net, 0, 1, seconds=3.0)
+        r = measure.measure_throughput(net, 0, 1, seconds=3.0)
     assert r["payload_bps"] == pytest.approx(r["target_bps"], rel=0.10)
 
 

@@ -1,10 +1,10 @@
-"""`python -m ddlstudy.netem` keeps working: the code lives in `ddlstudy.network.emulated.netem`
+"""`python -m ddlstudy.netem` keeps working: the code lives in `ddlstudy.network.emulated.measure`
 (`ddlstudy netem --help`).
 
 Importing this module gives nothing: import `ddlstudy.network.emulated.netem` instead.
 """
 
 if __name__ == "__main__":
-    from ddlstudy.network.emulated.netem import main
+    from ddlstudy.network.emulated.measure import main
 
     raise SystemExit(main())
