@@ -192,6 +192,27 @@ def what_ifs(S: Projection) -> None:
     plots.save(fig, S.out, "what_ifs")
 
 
+def regime(S: Projection, model: str | None = None, workers: int = 6) -> pd.DataFrame:
+    """The regime map (analytic): compute seconds per step vs inter-node bandwidth, with the
+    lines where the ring's efficiency at `workers` reaches the papers' words and where the best
+    PS matches the ring; every testbed a point, this run's measured ring cells as markers
+    (regime_map.csv, regime_map.png). Returns the testbeds and cells plotted."""
+    model = model or S.J.scaling_model
+    cells = None
+    try:
+        cells = costmodel.read_cells(S.dirs)
+    except (costmodel.RecordsError, FileNotFoundError, ValueError):
+        cells = None  # no measured markers: the map is analytic alone, and says so below
+    latency = S.J.latency_s if S.J.latency_s is not None else 10e-6
+    rm = costmodel.regime_map(model, workers=workers, latency_s=latency, cells=cells)
+    records.write_table(rm.table(), S.out, "regime_map")
+    fig = plots.regime_map(rm.grid, rm.points, rm.words, workers=rm.workers,
+                           title=f"{model}: regime map (analytic; {rm.workers} workers, 1 GPU per "
+                                 f"node, {latency * 1e6:g} us latency)")
+    plots.save(fig, S.out, "regime_map")
+    return rm.points
+
+
 def _pct(v: float) -> str:
     return f"{v:.0%}"
 
