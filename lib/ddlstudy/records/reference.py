@@ -49,3 +49,88 @@ def label(cells: pd.DataFrame) -> str:
                    for s in cells["ref_git_sha"]})
     hosts = ", ".join(sorted(set(cells["ref_host"].astype(str))))
     return f"reference run: {hosts}, {span}, git {', '.join(shas)} ({len(cells)} cells)"
+
+
+# ----------------------------------------------------------------------------- adding runs
+def cell_runs(cell: Path) -> list[Path]:
+    """A cell's run folders in repeat order: the cell folder itself (run 0) when it holds a
+    summary, then r1, r2, ... (experiments.grid.repeat_dir's layout)."""
+    runs = [cell] if (cell / "summary.csv").exists() else []
+    numbered = sorted((p for p in cell.glob("r[0-9]*") if p.name[1:].isdigit()),
+                      key=lambda p: int(p.name[1:]))
+    return runs + [p for p in numbered if (p / "summary.csv").exists()]
+
+
+def add_runs(src: Path, dest: Path) -> dict[str, int]:
+    """Add every finished run of `src` (one chapter folder of another sitting, same params per
+    cell) to `dest` as further independent runs: a cell's runs in `dest` keep their numbers, the
+    new ones follow (r<m>, r<m+1>, ...), each with its own meta.json (host, date, git sha, load).
+    Then `dest`/summary.csv is rebuilt from every run (`rebuild_summary`). Returns cell -> runs
+    added. A run whose meta is missing or not ok is skipped; a cell `dest` lacks is created."""
+    import shutil
+
+    added: dict[str, int] = {}
+    for cell in sorted(p for p in (src / "runs").iterdir() if p.is_dir()):
+        todo = [r for r in cell_runs(cell)
+                if (r / "meta.json").exists() and records.read_meta(r).get("status") == "ok"]
+        if not todo:
+            continue
+        target = dest / "runs" / cell.name
+        have = len(cell_runs(target)) if target.exists() else 0
+        for i, run in enumerate(todo):
+            to = target if have + i == 0 else target / f"r{have + i}"
+            to.mkdir(parents=True, exist_ok=True)
+            for f in run.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, to / f.name)
+        added[cell.name] = len(todo)
+    rebuild_summary(dest)
+    return added
+
+
+def rebuild_summary(chapter: Path) -> pd.DataFrame:
+    """`chapter`/summary.csv as every finished run of every cell, one row each, with its
+    `repeat` (0 = the cell folder, k = r<k>), `reused` True and an empty `error`: what the
+    chapter's grid writes when it reads its cells back."""
+    rows = []
+    for cell in sorted(p for p in (chapter / "runs").iterdir() if p.is_dir()):
+        for k, run in enumerate(cell_runs(cell)):
+            if records.read_meta(run).get("status") != "ok":
+                continue
+            df = pd.read_csv(run / "summary.csv")
+            df = df.drop(columns=[c for c in ("repeat", "reused", "error") if c in df])
+            rows.append(df.assign(repeat=k, reused=True, error=""))
+    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    if not table.empty:
+        keys = [c for c in ("model", "strategy", "workers", "repeat") if c in table]
+        table = table.sort_values(keys, kind="stable", ignore_index=True)
+        table.to_csv(chapter / "summary.csv", index=False)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ddlstudy.records.reference add-runs SRC DEST`."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.records.reference",
+                                     description="Add another sitting's runs to a reference "
+                                     "chapter folder as further independent runs.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("add-runs", help="copy SRC's finished runs into DEST, rebuild summary")
+    a.add_argument("src")
+    a.add_argument("dest")
+    args = parser.parse_args(argv)
+    src, dest = Path(args.src), Path(args.dest)
+    for p in (src / "runs", dest):
+        if not p.is_dir():
+            print(f"error: {p} is not a folder: give two chapter folders (…/<chapter>)",
+                  file=sys.stderr)
+            return 2
+    for cell, n in add_runs(src, dest).items():
+        print(f"{cell}: +{n} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""Adding another sitting's runs to a reference chapter: runs keep their numbers, new ones
+follow, failed runs are left out, and the chapter's summary lists every run once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ddlstudy.records import reference
+
+
+def _run(folder: Path, value: float, status: str = "ok") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"model": "resnet50", "strategy": "ps_sync", "workers": 2,
+                   "images_per_sec_cluster": value}]).to_csv(folder / "summary.csv", index=False)
+    (folder / "meta.json").write_text(json.dumps({"status": status, "created": "x",
+                                                  "git_sha": "abc"}))
+
+
+def test_add_runs_appends_after_the_existing_runs(tmp_path: Path) -> None:
+    dest, src = tmp_path / "dest" / "ch", tmp_path / "src" / "ch"
+    cell = "ps_sync-1srv_resnet50_x2_replay"
+    _run(dest / "runs" / cell, 100.0)                 # the older sitting's run 0
+    _run(src / "runs" / cell, 101.0)                  # the new sitting: runs 0-2, run 2 failed
+    _run(src / "runs" / cell / "r1", 102.0)
+    _run(src / "runs" / cell / "r2", 999.0, status="failed")
+    assert reference.add_runs(src, dest) == {cell: 2}
+    runs = reference.cell_runs(dest / "runs" / cell)
+    assert [p.name for p in runs] == [cell, "r1", "r2"]
+    summary = pd.read_csv(dest / "summary.csv")
+    assert summary["repeat"].tolist() == [0, 1, 2]
+    assert summary["images_per_sec_cluster"].tolist() == [100.0, 101.0, 102.0]
+    assert 999.0 not in summary["images_per_sec_cluster"].tolist()
+
+
+def test_add_runs_cli_refuses_a_missing_folder(tmp_path: Path, capsys) -> None:
+    assert reference.main(["add-runs", str(tmp_path / "nope"), str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a folder" in err
