@@ -43,15 +43,20 @@ def reference_cells(ref: Path) -> pd.DataFrame:
 
 
 def provenance(ref: Path) -> str:
-    """When, where and by which code the reference cells were measured (from their meta.json)."""
-    metas = [json.loads((p / "meta.json").read_text())
-             for p in sorted(ref.glob(f"{EMULATED_03}*")) if (p / "meta.json").exists()]
+    """When, where and by which code the reference cells' runs were measured (every run's own
+    meta.json: a cell can hold runs of several sittings)."""
+    metas = [json.loads(p.read_text())
+             for p in sorted(ref.glob(f"{EMULATED_03}*/runs/**/meta.json"))]
+    metas = [m for m in metas if m.get("status", "ok") == "ok"]
     days = sorted({m["created"][:10] for m in metas})
     shas = sorted({m["git_sha"][:7] + ("+dirty" if m["git_sha"].endswith("+dirty") else "")
                    for m in metas})
     hosts = sorted({f"{m['host']['hostname']} ({m['host']['cpu_count']} cores)" for m in metas})
-    return (f"`results/reference`, measured {', '.join(days)} on {', '.join(hosts)}, "
-            f"code {', '.join(shas)}")
+    loads = [m["host"]["load_avg"][0] for m in metas if m.get("host", {}).get("load_avg")]
+    load = (f", 1-min load {min(loads):.1f}-{max(loads):.1f} on {len(loads)} of {len(metas)} "
+            "runs" if loads else "")
+    return (f"`results/reference`, {len(metas)} runs measured {', '.join(days)} on "
+            f"{', '.join(hosts)}{load}, code {', '.join(shas)}")
 
 
 def _range(values: pd.Series, fmt: str = ".0f") -> str:
