@@ -234,3 +234,29 @@ def test_a_lib_change_reruns_every_chapter_of_a_real_report(tmp_path: Path,
     out, after = _report(tree, run)
     assert set(after) == set(first) and all(after[k] > first[k] for k in first), out
     assert out.count(": ran in") == 2 and ": reused" not in out, out
+
+
+@pytest.mark.slow
+def test_report_reruns_a_chapter_whose_table_was_deleted(
+        tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real report (00_background, the cheapest chapter, params/ci.yaml layered): rerun
+    unchanged it is reused; after one of its declared tables is deleted, it runs again. The
+    code digest reads a private copy of lib/ddlstudy: others editing the checkout meanwhile
+    must not make the unchanged rerun run again."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(resume.PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(resume, "PACKAGE", pkg)
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("report:\n  chapters: [00_background]\n")
+    files = [str(repo_root / "params/default.yaml"), str(repo_root / "params/ci.yaml"),
+             str(tiny)]
+    run = tmp_path / "run"
+    first = report.run_report(files, str(run))
+    assert first.ran == ["00_background"] and not first.failed, first
+    again = report.run_report(files, str(run))
+    assert again.reused == ["00_background"] and again.ran == []
+    (run / "00_background" / "worked_costs.csv").unlink()
+    after = report.run_report(files, str(run))
+    assert after.ran == ["00_background"] and after.reused == [] and not after.failed
+    assert (run / "00_background" / "worked_costs.csv").is_file()
+    assert not list(run.rglob("*.tmp")) and not (run / ".ddlstudy.lock").exists()
