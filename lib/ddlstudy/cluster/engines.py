@@ -535,8 +535,10 @@ class Cluster:
         if not 1 <= world_size <= self.size:
             raise ClusterError(f"world_size {world_size} needs {world_size} engines but the "
                                f"cluster has {self.size}: start it with --workers {world_size}")
-        if backend is None:
-            backend = "nccl" if self.infos[0]["device"].startswith("cuda") else "gloo"
+        if backend is None:  # CUDA: cpu:gloo,cuda:nccl (NCCL data, gloo metadata/any-source)
+            from ddlstudy.collectives.device import backend_for
+
+            backend = backend_for(self.infos[0]["device"])
         timeout_s = timeout_s or self.collective_timeout_s
         self._groups += 1
         if self.run_dir is not None and not self.launch.is_remote:  # a file store, nothing listens

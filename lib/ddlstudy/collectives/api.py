@@ -51,14 +51,19 @@ def _check_across_ranks(tensor: torch.Tensor, problem: str, group: Any,
     """
     import torch.distributed as dist
 
+    from ddlstudy.collectives.device import group_meta_device
+
     p, r = dist.get_world_size(group), dist.get_rank(group)
     n = tensor.numel() if isinstance(tensor, torch.Tensor) else -1
     code = _DTYPE_CODES.get(getattr(tensor, "dtype", None), 0)
     info = torch.zeros(4 + p, dtype=torch.int64)
     info[:4] = torch.tensor([n, -n, code, -code])
     info[4 + r] = 1 if problem else 0
+    # metadata: CPU over gloo (beside NCCL on CUDA ranks), on CUDA only in a plain NCCL group
+    info = info.to(group_meta_device(group))
     work = dist.all_reduce(info, op=dist.ReduceOp.MAX, group=group, async_op=True)
     _DistHandle(work, "all_reduce input check").wait(timeout_s)
+    info = info.cpu()
     if problem:
         raise ValueError(f"rank {r}: {problem}")
     bad = [q for q in range(p) if info[4 + q]]

@@ -10,6 +10,7 @@ import torch
 
 from ddlstudy.collectives.api import all_reduce
 from ddlstudy.collectives.common import Traffic
+from ddlstudy.collectives.device import group_payload_device
 
 _REF_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -55,6 +56,7 @@ def count_wrong(result: torch.Tensor, seed: int, p: int, op: str) -> tuple[int, 
     result (and of the division for mean). An algorithm that drops or doubles a term is off by
     about one input, far above it.
     """
+    result = result.detach().cpu()  # the float64 reference is computed on CPU
     ref, absum = _reference(seed, p, result.numel(), result.dtype)
     eps = torch.finfo(result.dtype).eps
     if op == "mean":
@@ -76,7 +78,7 @@ def selfcheck(algorithm: str, count: int, dtype: str = "float32", op: str = "sum
     dt_ = _dtype(dtype)
     wrong, max_err, traffic = 0, 0.0, Traffic()
     for _ in range(iters):
-        x = rank_data(seed, r, count, dt_)
+        x = rank_data(seed, r, count, dt_).to(group_payload_device())
         traffic = all_reduce(x, algorithm, op, timeout_s=timeout_s)
         w, e = count_wrong(x, seed, p, op)
         wrong, max_err = wrong + w, max(max_err, e)
@@ -108,7 +110,7 @@ def probe_error(kind: str, algorithm: str = "ring", bad_rank: int = 0,
         elif kind == "dtype":
             x = torch.ones(8, dtype=torch.float64)
     try:
-        all_reduce(x, algorithm, timeout_s=timeout_s)
+        all_reduce(x.to(group_payload_device()), algorithm, timeout_s=timeout_s)
     except ValueError as err:
         return str(err)
     return ""

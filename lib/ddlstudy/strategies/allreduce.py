@@ -95,6 +95,7 @@ class AllReduce(Strategy):
         traffic = self.collectives.all_reduce(bucket.buf, self.algorithm, op="mean",
                                               group=self.group, timeout_s=self.timeout_s,
                                               check=self._steps == 0)
+        self._sync()  # CUDA: the reduction is done, not only launched
         dt = time.perf_counter() - t
         with self._lock:
             self._busy_s += dt
@@ -142,8 +143,10 @@ class AllReduce(Strategy):
         self._next = 0
         for bucket in self.buckets:
             bucket.pending = len(bucket.params)
+        self._sync()
         t0 = time.perf_counter()
         loss = self._forward_backward(self.model, x, y)
+        self._sync()
         t1 = time.perf_counter()
         if self.overlap:
             self._launch_ready(force=True)
@@ -166,6 +169,7 @@ class AllReduce(Strategy):
                         p.grad = torch.empty_like(p)
                     p.grad.copy_(bucket.buf[a:b].view_as(p))
         self.opt.step()
+        self._sync()
         t3 = time.perf_counter()
         self._steps += 1
         comm = self._busy_s if self.overlap else t2 - t1

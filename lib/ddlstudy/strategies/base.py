@@ -147,6 +147,8 @@ class Strategy:
         self.timeout_s = timeout_s
         self.params = _trainable(model)
         self.n_params = sum(p.numel() for p in self.params)
+        # where this rank computes; on CUDA, `_sync` brackets every timed region
+        self.device = self.params[0].device if self.params else torch.device("cpu")
         self.replay_s: float | None = None
         self._replay_grads: list[torch.Tensor] = []
 
@@ -170,6 +172,12 @@ class Strategy:
         self.replay_s = float(seconds)
         if self.is_worker and not self._replay_grads:
             self._replay_grads = replay_gradients(self.params, seed, self.rank)
+
+    def _sync(self) -> None:
+        """On CUDA, wait for queued kernels and NCCL operations before reading the clock
+        (ddlstudy.collectives.device.synchronize); a no-op on CPU."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         """Replay's stand-in for autograd's post-accumulate hook (strategies that hook override)."""

@@ -110,6 +110,19 @@ class _DDPReplayModule(nn.Module):
         return total
 
 
+def _no_buffer_sync() -> dict[str, bool]:
+    """DDP's switch for keeping buffers local: forward_sync_buffers=False where torch has it
+    (2.13), broadcast_buffers=False on older torch (the GPU machine's 2.11 has only that one)."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    names = inspect.signature(DistributedDataParallel.__init__).parameters
+    if "forward_sync_buffers" in names:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
 class DDP(Strategy):
     """torch DistributedDataParallel: the library reference (bucketing + overlap in C++).
 
@@ -129,8 +142,7 @@ class DDP(Strategy):
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         if not dist.is_initialized():
             raise RuntimeError("ddp needs a torch.distributed process group")
-        self.ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb,
-                                           forward_sync_buffers=False)
+        self.ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb, **_no_buffer_sync())
         self.state = _DDPCommState(self.world)
         _real_hook_annotations()
         self.ddp.register_comm_hook(self.state, _ddp_allreduce_hook)
@@ -148,7 +160,7 @@ class DDP(Strategy):
         bucket_mb = self.ddp.bucket_bytes_cap / (1024 * 1024)
         del self.ddp  # its reducer unhooks the parameters
         self.ddp = DistributedDataParallel(stand_in, bucket_cap_mb=bucket_mb,
-                                           forward_sync_buffers=False)
+                                           **_no_buffer_sync())
         self.ddp.register_comm_hook(self.state, _ddp_allreduce_hook)
 
     def _forward_backward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -163,10 +175,13 @@ class DDP(Strategy):
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         self.state.reset()
+        self._sync()
         t0 = time.perf_counter()
         loss = self._forward_backward(self.ddp, x, y)
+        self._sync()
         t1 = time.perf_counter()
         self.opt.step()
+        self._sync()
         t2 = time.perf_counter()
         n = self.world
         wire = 2 * (n - 1) * self.state.nbytes // n if n > 1 else 0

@@ -13,6 +13,12 @@ gradient with a header `[version, staleness]` and the shard's new weights. At th
 chunk of steps every worker sends a STOP header to every server, which ends the server's serve
 loop; the trainer starts the next loop with the next chunk. Headers are 16 bytes each way and
 are counted in the bytes like the payload (they are on the wire too).
+
+Devices (ddlstudy.collectives.device): payloads (gradients, weights, the server's buffers) live
+on the ranks' compute device, so on CUDA ranks they travel over NCCL; headers live on the
+group's metadata device, CPU over gloo in the study's `cpu:gloo,cuda:nccl` group. The async
+server's receive from any worker is such a gloo receive: NCCL alone has none, and `ps_async`
+refuses a plain NCCL group with one line.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ddlstudy.collectives.device import any_source_ok, group_backend, group_meta_device
 from ddlstudy.strategies.base import StepStats, Strategy, _nbytes, _wait, flat_params
 
 # PS message kinds and tags.
@@ -57,15 +64,20 @@ class ParameterServer(Strategy):
             raise ValueError(f"{self.name} needs at least 1 server, got {self.layout.servers}")
         if self.layout.servers > self.n_params:
             raise ValueError(f"{self.layout.servers} servers for {self.n_params} parameters")
+        if not self.sync and not any_source_ok(group_backend()):
+            raise ValueError(f"{self.name}: the server receives from any worker, which NCCL "
+                             f"cannot; use the backend 'cpu:gloo,cuda:nccl' (gloo carries the "
+                             f"headers), not {group_backend()!r}")
         self.bounds = shard_bounds(self.n_params, self.layout.servers)
         dtype = self.params[0].dtype
-        flat = flat_params(model)
+        flat = flat_params(model)  # on the model's device: payloads go where it computes
+        self.meta = group_meta_device()  # headers: CPU over gloo beside NCCL
         if self.is_worker:
             self.gbuf = torch.empty_like(flat)
             self.wbuf = torch.empty_like(flat)
             self.versions = [0] * self.layout.servers
-            self.push_hdr = [torch.zeros(2, dtype=torch.int64) for _ in self.bounds]
-            self.pull_hdr = [torch.zeros(2, dtype=torch.int64) for _ in self.bounds]
+            self.push_hdr = [self._header() for _ in self.bounds]
+            self.pull_hdr = [self._header() for _ in self.bounds]
         else:
             self.shard_index = self.rank - self.layout.workers
             a, b = self.bounds[self.shard_index]
@@ -73,13 +85,20 @@ class ParameterServer(Strategy):
             self.w = nn.Parameter(flat[a:b].clone())
             self.opt = self._optimizer([self.w])
             self.version = 0
-            self.gbufs = [torch.empty(b - a, dtype=dtype) for _ in range(self.layout.workers)]
+            self.gbufs = [torch.empty(b - a, dtype=dtype, device=flat.device)
+                          for _ in range(self.layout.workers)]
+
+    def _header(self, *values: int) -> torch.Tensor:
+        """A 2 x int64 header on the metadata device (zeros, or the given values)."""
+        return torch.tensor(values or (0, 0), dtype=torch.int64, device=self.meta)
 
     # -- worker side
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         dist, n_srv = self.dist, self.layout.server_ranks
+        self._sync()
         t0 = time.perf_counter()
         loss = self._forward_backward(self.model, x, y)
+        self._sync()
         t1 = time.perf_counter()
         torch.cat([p.grad.reshape(-1) for p in self.params], out=self.gbuf)
         works, sent, recv = [], 0, 0
@@ -94,6 +113,7 @@ class ParameterServer(Strategy):
             works.append(dist.irecv(self.wbuf[a:b], n_srv[s], tag=TAG_PULL))
             recv += HEADER_BYTES + _nbytes(self.wbuf[a:b])
         _wait(works, self.timeout_s, f"{self.name} push/pull on worker {self.rank}")
+        self._sync()
         t2 = time.perf_counter()
         staleness = []
         for s, hdr in enumerate(self.pull_hdr):
@@ -105,6 +125,7 @@ class ParameterServer(Strategy):
                 n = p.numel()
                 p.copy_(self.wbuf[offset:offset + n].view_as(p))
                 offset += n
+        self._sync()
         t3 = time.perf_counter()
         # Push/pull blocks the worker: all of its communication time is exposed.
         return StepStats(loss=loss, compute_s=t1 - t0, comm_s=t2 - t1, comm_wait_s=t2 - t1,
@@ -123,7 +144,7 @@ class ParameterServer(Strategy):
         """A live worker sends each server `count` STOPs on behalf of workers that died before
         their chunk's STOP (the server counts STOPs, not senders), so its serve loop ends
         (async PS going on without them: ddlstudy.train.trainer)."""
-        hdrs = [torch.tensor([STOP, v], dtype=torch.int64) for v in self.versions]
+        hdrs = [self._header(STOP, v) for v in self.versions]
         works = [self.dist.isend(hdrs[s], srv, tag=TAG_PUSH_HDR)
                  for s, srv in enumerate(self.layout.server_ranks) for _ in range(count)]
         _wait(works, self.timeout_s, f"{self.name} stop for dead workers from {self.rank}")
@@ -135,7 +156,7 @@ class ParameterServer(Strategy):
         self.version += 1
 
     def _reply(self, worker: int, staleness: int) -> list[Any]:
-        hdr = torch.tensor([self.version, staleness], dtype=torch.int64)
+        hdr = self._header(self.version, staleness)
         return [self.dist.isend(hdr, worker, tag=TAG_PULL_HDR),
                 self.dist.isend(self.w.detach(), worker, tag=TAG_PULL)]
 
@@ -147,7 +168,7 @@ class ParameterServer(Strategy):
     def _serve_sync(self) -> list[StepStats]:
         dist, n = self.dist, self.layout.workers
         rows: list[StepStats] = []
-        hdrs = [torch.zeros(2, dtype=torch.int64) for _ in range(n)]
+        hdrs = [self._header() for _ in range(n)]
         shard_bytes = _nbytes(self.w)
         while True:
             t0 = time.perf_counter()
@@ -162,6 +183,7 @@ class ParameterServer(Strategy):
             t1 = time.perf_counter()
             _wait([dist.irecv(self.gbufs[w], w, tag=TAG_PUSH) for w in range(n)], self.timeout_s,
                   f"server {self.rank} receiving gradients")
+            self._sync()
             t2 = time.perf_counter()
             with torch.no_grad():
                 grad = self.gbufs[0].clone()
@@ -169,11 +191,13 @@ class ParameterServer(Strategy):
                     grad.add_(g)
                 grad.div_(n)
             self._apply(grad)
+            self._sync()
             t3 = time.perf_counter()
             works = []
             for w in range(n):
                 works += self._reply(w, 0)
             _wait(works, self.timeout_s, f"server {self.rank} sending weights")
+            self._sync()
             t4 = time.perf_counter()
             rows.append(StepStats(comm_s=(t2 - t1) + (t4 - t3), update_s=t3 - t2, idle_s=t1 - t0,
                                   step_s=t4 - t1, bytes_recv=n * (HEADER_BYTES + shard_bytes),
@@ -182,7 +206,7 @@ class ParameterServer(Strategy):
     def _serve_async(self) -> list[StepStats]:
         dist, n = self.dist, self.layout.workers
         rows: list[StepStats] = []
-        hdr = torch.zeros(2, dtype=torch.int64)
+        hdr = self._header()
         shard_bytes = _nbytes(self.w)
         active = n
         while active:
@@ -198,13 +222,16 @@ class ParameterServer(Strategy):
             grad = self.gbufs[src]
             _wait([dist.irecv(grad, src, tag=TAG_PUSH)], self.timeout_s,
                   f"server {self.rank} receiving a gradient from worker {src}")
+            self._sync()
             t2 = time.perf_counter()
             staleness = self.version - version
             self._apply(grad)
+            self._sync()
             t3 = time.perf_counter()
             # Wait for the send: the next update must not change weights still on the wire.
             _wait(self._reply(src, staleness), self.timeout_s,
                   f"server {self.rank} sending weights to worker {src}")
+            self._sync()
             t4 = time.perf_counter()
             rows.append(StepStats(comm_s=(t2 - t1) + (t4 - t3), update_s=t3 - t2, idle_s=t1 - t0,
                                   step_s=t4 - t1, bytes_recv=HEADER_BYTES + shard_bytes,
