@@ -30,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as err:
         print(f"interrupted by {err}; engines stopped", file=sys.stderr)
         return err.exit_code
+    except OSError as err:  # run-time I/O (a full disk): one line, temp files already removed
+        where = f" {err.filename}" if getattr(err, "filename", None) else ""
+        print(f"error: cannot write the records{where}: {err.strerror or err}; free space or "
+              "choose another --out", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ class _OneLineParser(argparse.ArgumentParser):
     """Bad flags: one `error:` line and exit 2 (argparse would print the usage too)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {_printable(message, 600)} (see --help)\n")
 
 
 def _one_of(registry: Any, what: str) -> Callable[[str], str]:

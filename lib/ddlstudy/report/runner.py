@@ -269,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ParamsError, OutputFolderError) as err:  # bad params, busy or unwritable --out
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # run-time I/O (a full disk): one line; finished chapters are kept
+        where = f" {err.filename}" if getattr(err, "filename", None) else ""
+        print(f"error: cannot write the run's records{where}: {err.strerror or err}; free space "
+              "and re-run the same command to resume", file=sys.stderr)
+        return 1
     except cluster.Interrupted as err:
         return _stop_on_signal(err)
     return 1 if result.failed else 0
