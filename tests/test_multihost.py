@@ -28,13 +28,21 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LOG = REPO / "outputs" / "multihost" / "test_multihost.log"
-# Over 3 minutes here (4.8 min, cores shared): slow as well; `pytest -m multihost` runs it.
-pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
+# The namespace tests take over 3 minutes here (4.8 min, cores shared): slow as well;
+# `pytest -m multihost` runs them. The settings' unit tests at the end run everywhere.
+HEAVY = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def heavy(fn: Any) -> Any:
+    for mark in HEAVY:
+        fn = mark(fn)
+    return fn
 
 # The smallest training run the other tests use (tests/test_trainer.py TINY), fixed threads so
 # a run on 2 engines per host and one on 4 local engines do the same float arithmetic.
 TINY = dict(model="mlp", dataset="digits", batch_size=8, steps=4, warmup_steps=2, eval=False)
 SLOTS = "h0:2,h1:1,h2:1"
+PROFILE = "1GbE"  # ddlstudy.network.profiles: the hosts' links are shaped to it
 
 
 def _nshosts() -> Any:
@@ -73,7 +81,12 @@ def hosts() -> Iterator[Any]:
         net = nshosts.NamespaceHosts(3).up()  # removes leftovers of the prefix first
     except nshosts.HostsError as err:
         pytest.skip(f"multihost: cannot start namespace hosts ({err})")
+    from ddlstudy.network.emulated import netem
+
+    rate = netem.profile_info(PROFILE, 1.0)["emulated_rate_bps"]
+    net.shape(netem.tbf_params(rate))  # the study's emulated link, on every host's link
     log(f"hosts {net.names} at {net.ips}, bridge {net.bridge_ip}, interface {net.ifname}, "
+        f"links {PROFILE} (tc tbf {rate / 1e9:g} Gbit/s each way), "
         f"up in {time.monotonic() - t0:.1f} s")
     try:
         yield net
@@ -99,6 +112,7 @@ def ssh_cluster(hosts: Any) -> Iterator[Any]:
         cluster.stop()
 
 
+@heavy
 def test_engines_on_three_hosts_grouped_by_host(hosts: Any, ssh_cluster: Any) -> None:
     infos = ssh_cluster.info()
     for info in infos:
@@ -113,6 +127,7 @@ def test_engines_on_three_hosts_grouped_by_host(hosts: Any, ssh_cluster: Any) ->
         assert {i["pid"] for i in infos if i["host"] == f"h{k}"} <= hosts.processes(k)
 
 
+@heavy
 def test_rendezvous_on_the_bridge_network(hosts: Any, ssh_cluster: Any) -> None:
     from ddlstudy.cluster.engines import pingpong
 
@@ -125,9 +140,22 @@ def test_rendezvous_on_the_bridge_network(hosts: Any, ssh_cluster: Any) -> None:
     assert host == hosts.ips[0]  # rank 0's address on ifname, in the bridge's subnet
     assert ipaddress.ip_address(host) in ipaddress.ip_network(f"{hosts.bridge_ip}/24",
                                                               strict=False)
-    rows = ssh_cluster.run(pingpong, [8, 1 << 16], 3)[0]
+    before = [hosts.shaped_bytes(k) for k in range(3)]
+    rows = ssh_cluster.run(pingpong, [8, 4 << 20], 3)[0]
+    after = [hosts.shaped_bytes(k) for k in range(3)]
     assert sorted({r["peer"] for r in rows}) == [1, 2, 3]
     assert all(r["latency_us"] > 0 for r in rows)
+    # ranks 2 and 3 (h1, h2) are reached through the shaped links: at most the profile's rate,
+    # and the 4 MiB messages went through h0's and their tbf qdiscs
+    from ddlstudy.network.profiles import PROFILES
+
+    limit_gbps = PROFILES[PROFILE].rate_bps / 8 / 1e9 * 1.05
+    big = {r["peer"]: r["bandwidth_gbps"] for r in rows if r["size_bytes"] == 4 << 20}
+    moved = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before, strict=True)]
+    log(f"ping-pong 4 MiB GB/s per peer {big} (link {PROFILE}: {limit_gbps / 1.05:.3f} GB/s); "
+        f"tbf bytes up/down per host {moved}")
+    assert big[2] <= limit_gbps and big[3] <= limit_gbps
+    assert all(min(up, down) > 3 * (4 << 20) for up, down in moved)  # 5 round trips each
 
 
 def _losses(result: Any) -> list[float]:
@@ -140,6 +168,7 @@ def _close(a: list[float], b: list[float], tol: float = 1e-6) -> bool:
         (math.isnan(x) and math.isnan(y)) or abs(x - y) <= tol for x, y in zip(a, b, strict=True))
 
 
+@heavy
 @pytest.mark.parametrize("strategy,extra", [("ps_sync", {"workers": 3}),
                                             ("allreduce", {"workers": 4, "algorithm": "ring"})],
                          ids=["ps_sync", "ring"])
@@ -184,6 +213,7 @@ def _settled(hosts: Any) -> list[set[int]]:
     return left
 
 
+@heavy
 def test_stop_leaves_no_process_on_any_host(hosts: Any, ssh_cluster: Any) -> None:
     t0 = time.monotonic()
     ssh_cluster.stop()
@@ -205,6 +235,7 @@ def _describe(left: list[set[int]]) -> list[list[str]]:
     return out
 
 
+@heavy
 def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
     """The issue's command, run in h0's namespace: controller on h0's ifname address."""
     cmd = ["ip", "netns", "exec", hosts.namespaces[0], sys.executable, "-m", "ddlstudy.cluster",
@@ -227,6 +258,7 @@ def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
     assert not any(left), f"processes left on the hosts: {_describe(left)}"
 
 
+# ----------------------------------------------------------------------------- settings (no root)
 def test_bad_hosts_or_ifname_exit_2_before_starting() -> None:
     for args, needle in ((["--hosts", "h0:two"], "bad slot count"),
                          (["--hosts", "h0:2", "--ifname", "no/such"], "bad interface name"),
@@ -237,3 +269,68 @@ def test_bad_hosts_or_ifname_exit_2_before_starting() -> None:
                                *args], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr
         assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"launcher": "ssh", "hosts": ["h0:0"], "ifname": "lo"}, "bad slot count"),
+    ({"launcher": "ssh", "hosts": ["h0:2", "h0:1"], "ifname": "lo"}, "listed twice"),
+    ({"launcher": "ssh", "hosts": ["bad host:2"], "ifname": "lo"}, "bad host name"),
+    ({"launcher": "ssh", "hosts": ["h0:2"]}, "needs ifname"),
+    ({"launcher": "mpi", "ifname": "lo"}, "needs hosts"),
+    ({"launcher": "ssh", "hosts": ["h0:2"], "ifname": "lo"}, "is loopback"),
+    ({"launcher": "ssh", "hosts": ["h0:2"], "ifname": "eth0", "controller_ip": "10.0.0.300"},
+     "bad controller_ip"),
+    ({"launcher": "ssh", "hosts": ["h0:2"], "ifname": "x" * 16}, "bad interface name"),
+    ({"launcher": "local", "hosts": ["h0:2"]}, "only apply"),
+    ({"launcher": "ssh", "profile": "slurm", "hosts": ["h0:2"], "ifname": "lo"},
+     "starts its own engines"),
+])
+def test_cluster_params_refuse_bad_launch_settings(kw: dict[str, Any], needle: str) -> None:
+    from pydantic import ValidationError
+
+    from ddlstudy.config.params import ClusterParams
+
+    with pytest.raises(ValidationError, match=needle):
+        ClusterParams(**kw)
+
+
+def test_ssh_settings_become_ipyparallel_config() -> None:
+    from ipyparallel.cluster.launcher import (
+        MPIEngineSetLauncher,
+        SlurmEngineSetLauncher,
+        SSHEngineSetLauncher,
+    )
+
+    from ddlstudy.config.params import ClusterParams
+
+    params = ClusterParams(launcher="ssh", hosts=["n1:2", "me@n2.example.org:1"], ifname="ib0",
+                           controller_ip="10.1.2.3", remote_python="/opt/venv/bin/python",
+                           env={"OMP_NUM_THREADS": "4"}, ssh_args=["-F", "/tmp/cfg"])
+    kwargs = params.cluster_kwargs()
+    spec = kwargs["launch"]
+    assert spec.slots == 3 and spec.host_order() == ["n1", "n2"]
+    ipp = spec.cluster_kwargs("/repo/.ipython")
+    cfg = ipp["config"].SSHEngineSetLauncher
+    assert ipp["engine_launcher_class"] is SSHEngineSetLauncher and ipp["n"] == 3
+    assert ipp["controller_ip"] == "10.1.2.3"
+    assert cfg.engines["n1"]["n"] == 2
+    assert cfg.engines["me@n2.example.org"]["remote_profile_dir"].endswith("ddlstudy-hosts/n2")
+    assert cfg.remote_python == "/opt/venv/bin/python"
+    assert cfg.engine_cmd[0] == "/opt/venv/bin/python"
+    assert cfg.ssh_args == ["-F", "/tmp/cfg"]
+    assert cfg.environment == {"IPYTHONDIR": "/repo/.ipython", "GLOO_SOCKET_IFNAME": "ib0",
+                               "NCCL_SOCKET_IFNAME": "ib0", "DDLSTUDY_IFNAME": "ib0",
+                               "OMP_NUM_THREADS": "4"}
+    slurm = ClusterParams(launcher="slurm", hosts=["n1:2", "n2:2"], ifname="ib0",
+                          controller_ip="10.1.2.3", launcher_args=["--partition=gpu"])
+    ipp = slurm.launch_spec().cluster_kwargs("/repo/.ipython")
+    assert ipp["engine_launcher_class"] is SlurmEngineSetLauncher and ipp["n"] == 4
+    assert ipp["config"].SlurmEngineSetLauncher.submit_command == [
+        "sbatch", "--partition=gpu", "--nodelist=n1,n2", "--ntasks-per-node=2"]
+    mpi = ClusterParams(launcher="mpi", hosts=["n1:2", "n2:2"], ifname="ib0",
+                        controller_ip="10.1.2.3")
+    ipp = mpi.launch_spec().cluster_kwargs("/repo/.ipython")
+    args = ipp["config"].MPIEngineSetLauncher.mpi_args
+    assert ipp["engine_launcher_class"] is MPIEngineSetLauncher
+    assert args[:2] == ["--host", "n1:2,n2:2"] and "GLOO_SOCKET_IFNAME" in args
+    assert ClusterParams().launch_spec().cluster_kwargs("/x") == {}  # local: as before

@@ -286,6 +286,27 @@ class NamespaceHosts:
             start_new_session=True))
         log.close()
 
+    def shape(self, tbf: dict[str, int]) -> None:
+        """tc tbf on both directions of every host's link (egress of its interface = uplink,
+        egress of the bridge-side veth = downlink), as ddlstudy's emulated network does;
+        `tbf` = ddlstudy.network.emulated.netem.tbf_params(rate_bps)."""
+        args = ["root", "tbf", "rate", f"{tbf['rate_bps']}bit", "burst",
+                str(tbf["burst_bytes"]), "limit", str(tbf["limit_bytes"])]
+        for i, ns in enumerate(self.namespaces):
+            _run("tc", "-n", ns, "qdisc", "replace", "dev", self.ifname, *args)
+            _run("tc", "qdisc", "replace", "dev", f"{self.prefix}v{i}", *args)
+
+    def shaped_bytes(self, i: int) -> tuple[int, int]:
+        """Bytes host i's tbf qdiscs passed: (uplink, downlink)."""
+        import json
+
+        def sent(*cmd: str) -> int:
+            rows = json.loads(_run("tc", "-s", "-j", *cmd) or "[]")
+            return sum(int(r.get("bytes", 0)) for r in rows if r.get("kind") == "tbf")
+
+        return (sent("-n", self.namespaces[i], "qdisc", "show", "dev", self.ifname),
+                sent("qdisc", "show", "dev", f"{self.prefix}v{i}"))
+
     def ssh(self, host: str, *cmd: str, timeout: float = CMD_TIMEOUT_S) -> str:
         """Run a command on a host over ssh; its stdout."""
         return _run("ssh", "-F", str(self.ssh_config), host, *cmd, timeout=timeout)

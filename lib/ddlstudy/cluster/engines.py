@@ -25,6 +25,9 @@ rendezvous is rank 0's TCPStore on the address of `--ifname` (docs/cluster.md).
     python -m ddlstudy.cluster --workers 4 --check
     python -m ddlstudy.cluster --launcher ssh --hosts h0:2,h1:2 --ifname eth0 --check
     python -m ddlstudy.cluster --cleanup
+
+long because: the engine side, the driver's Cluster, signals, orphan cleanup and the CLI share
+one cluster's state (pids, ranks, process groups); the launch settings live in launchers.py.
 """
 
 from __future__ import annotations
