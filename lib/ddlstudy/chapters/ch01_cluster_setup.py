@@ -28,7 +28,7 @@ class Setup:
 
 def start_cluster(P: Any, workers: int) -> Cluster:
     """`workers` local or profile engines with the params' start and collective timeouts."""
-    return Cluster(workers=workers, profile=P.cluster.profile,
+    return Cluster(workers=workers, **P.cluster.engine_kwargs(),
                    start_timeout_s=P.cluster.start_timeout_s,
                    collective_timeout_s=P.cluster.collective_timeout_s).start()
 

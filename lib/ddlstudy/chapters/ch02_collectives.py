@@ -32,7 +32,7 @@ def settings(P: Any, **overrides: Any) -> Any:
 
 def start_cluster(P: Any, workers: int) -> Cluster:
     """Engines for the largest rank count, with the params' timeouts."""
-    return Cluster(workers=workers, profile=P.cluster.profile,
+    return Cluster(workers=workers, **P.cluster.engine_kwargs(),
                    start_timeout_s=P.cluster.start_timeout_s,
                    collective_timeout_s=P.cluster.collective_timeout_s).start()
 

@@ -133,7 +133,7 @@ def run(P: Any, p: Plan, out: Path) -> Result:
     configs, ref_label = p.configs, ""
     if p.live:
         with grid.emulated_cluster(p.T.network, grid.engines_needed(configs), N.scale,
-                                   offload_off=not N.offload, profile=P.cluster.profile,
+                                   offload_off=not N.offload, **P.cluster.engine_kwargs(),
                                    start_timeout_s=P.cluster.start_timeout_s,
                                    collective_timeout_s=P.cluster.collective_timeout_s
                                    ) as cluster:

@@ -91,7 +91,7 @@ def run(P: Any, p: Plan, out: Path) -> Result:
     """Train the grid with the samplers on (each engine on its own shaped link when
     training.network names a profile); write `summary` and `monitor`."""
     with grid.emulated_cluster(P.training.network, grid.engines_needed(p.configs),
-                               P.network.scale, profile=P.cluster.profile,
+                               P.network.scale, **P.cluster.engine_kwargs(),
                                start_timeout_s=P.cluster.start_timeout_s,
                                collective_timeout_s=P.cluster.collective_timeout_s) as cluster:
         net = cluster.network_info or {"profile": "none"}

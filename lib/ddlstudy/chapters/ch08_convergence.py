@@ -107,7 +107,7 @@ def run(S: Convergence) -> pd.DataFrame:
     assert S.plan, f"nothing to run: {S.absent}"
     P = S.P
     engines = max(config.world_size for _, config in S.plan)
-    with emulated_cluster("none", engines, profile=P.cluster.profile,
+    with emulated_cluster("none", engines, **P.cluster.engine_kwargs(),
                           start_timeout_s=P.cluster.start_timeout_s,
                           collective_timeout_s=P.cluster.collective_timeout_s) as cluster:
         S.runs = runs = dynamics.run_plan(cluster, S.plan, S.out)

@@ -93,7 +93,7 @@ def run(W: Sweep) -> pd.DataFrame:
     """The one-host sweep on loopback (runs.csv, sweep.csv); median and interval per cell."""
     P = W.P
     engines = max(c.world_size for _, c in W.plan)
-    with emulated_cluster("none", engines, profile=P.cluster.profile,
+    with emulated_cluster("none", engines, **P.cluster.engine_kwargs(),
                           start_timeout_s=P.cluster.start_timeout_s,
                           collective_timeout_s=P.cluster.collective_timeout_s) as cluster:
         runs = dynamics.run_plan(cluster, W.plan, W.out)

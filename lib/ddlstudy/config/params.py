@@ -266,6 +266,14 @@ class ClusterParams(_Section):
         return launch_spec(self.launcher, self.hosts, self.ifname, self.controller_ip,
                            self.remote_python, self.env, self.ssh_args, self.launcher_args)
 
+    def engine_kwargs(self) -> dict[str, Any]:
+        """How the chapters' engines start (ddlstudy.cluster.engines.Cluster keywords beside
+        `workers` and the timeouts): a running profile, or a launcher's spec when not local."""
+        kwargs: dict[str, Any] = {"profile": self.profile}
+        if self.launcher != "local":
+            kwargs["launch"] = self.launch_spec()
+        return kwargs
+
     def cluster_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ddlstudy.cluster.engines.Cluster."""
         kwargs: dict[str, Any] = {"workers": self.workers, "profile": self.profile,

@@ -193,6 +193,11 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
     if network not in ("none", netem.UNSHAPED, *netem.PROFILES):
         raise ValueError(f"unknown network {network!r}; valid: none, "
                          f"{', '.join([*netem.PROFILES, netem.UNSHAPED])}")
+    launch = cluster_kwargs.get("launch")
+    if network != "none" and launch is not None and launch.is_remote:
+        raise ValueError(f"network {network!r} emulates a cluster on this machine; it cannot use "
+                         f"the {launch.launcher} launcher's hosts: set training.network to none, "
+                         "or cluster.launcher to local")
     if network != "none" and cluster_kwargs.get("profile"):
         raise ValueError(f"network {network!r} starts local engines in namespaces; it cannot use "
                          f"the running ipyparallel profile {cluster_kwargs['profile']!r}: set "
