@@ -192,4 +192,12 @@ register_strategy(StrategySpec(
     "ddp", "ddlstudy.strategies.ddp:DDP", family="allreduce", options=("bucket_mb",),
     bytes_source="analytic", step_model="allreduce_step",
     summary="torch DistributedDataParallel: the library reference"))
-
+register_strategy(StrategySpec(
+    "zero1", "ddlstudy.strategies.zero:Zero1", family="allreduce", options=("bucket_mb",),
+    summary="ZeRO stage 1: reduce-scatter gradients, sharded optimizer state, all-gather weights"))
+register_strategy(StrategySpec(
+    "zero2", "ddlstudy.strategies.zero:Zero2", family="allreduce", options=("bucket_mb",),
+    summary="ZeRO stage 2: + gradients sharded (each bucket reduce-scattered during backward)"))
+register_strategy(StrategySpec(
+    "zero3", "ddlstudy.strategies.zero:Zero3", family="allreduce",
+    summary="ZeRO stage 3: + parameters sharded, all-gathered per module in forward and backward"))
