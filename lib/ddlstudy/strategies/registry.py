@@ -201,3 +201,7 @@ register_strategy(StrategySpec(
 register_strategy(StrategySpec(
     "zero3", "ddlstudy.strategies.zero:Zero3", family="allreduce",
     summary="ZeRO stage 3: + parameters sharded, all-gathered per module in forward and backward"))
+register_strategy(StrategySpec(
+    "fsdp", "ddlstudy.strategies.fsdp:FSDP", family="allreduce", bytes_source="analytic",
+    missing=lambda: resolve("ddlstudy.strategies.fsdp:missing")(),
+    summary="torch FSDP2 fully_shard per module (gloo on CPU): the library's ZeRO-3"))
