@@ -314,3 +314,48 @@ def test_docs_chapter_example_registers_everywhere(tmp_path: Path) -> None:
         sys.modules.pop("latency_example", None)
     with pytest.raises(ValueError, match="chapter"):
         params.ReportParams(chapters=["11_latency"])
+
+
+def test_docs_claim_example_is_judged_like_the_built_ins(tmp_path: Path) -> None:
+    """The worked claim example: registered (its table declared by the example chapter), it is
+    judged from independent runs (5 runs: a decision; 3 runs: inconclusive); a claim reading an
+    undeclared table is refused at registration; unregistered, it is gone."""
+    import sys
+    import types
+
+    import pandas as pd
+
+    from ddlstudy.chapters.registry import CHAPTERS
+    from ddlstudy.claims import engine
+    from ddlstudy.claims.registry import CLAIMS
+
+    module = types.ModuleType("latency_example")
+    sys.modules["latency_example"] = module
+    exec(_doc_block("A chapter"), module.__dict__)
+    claim_code = _doc_block("A claim")
+    try:
+        exec(claim_code, {"__name__": "claim_example"})
+        assert "example_latency_under_50us" in CLAIMS
+        folder = tmp_path / "11_latency"
+        folder.mkdir()
+
+        def judged(p50s: list[float]) -> dict:
+            pd.DataFrame([{"bytes": 8, "repeat": k, "p50_us": v} for k, v in enumerate(p50s)]
+                         ).to_csv(folder / "latency.csv", index=False)
+            table = engine.claims_table(tmp_path, {"11_latency": ["11_latency"]},
+                                        [CLAIMS["example_latency_under_50us"]])
+            return table.iloc[0].to_dict()
+
+        assert judged([30.1, 30.4, 29.8, 30.0, 30.2])["verdict"] == "agrees"
+        assert judged([80.1, 80.4, 79.8, 80.0, 80.2])["verdict"] == "differs"
+        row = judged([30.1, 30.4, 29.8])
+        assert row["verdict"] == "inconclusive" and "3 runs" in row["reason"]
+        bad = claim_code.replace('("11_latency", "latency")', '("11_latency", "nope")')
+        bad = bad.replace("example_latency_under_50us", "example_bad")
+        with pytest.raises(ValueError, match="declares no table 'nope'"):
+            exec(bad, {"__name__": "claim_example_bad"})
+    finally:
+        CLAIMS.unregister("example_latency_under_50us")
+        CHAPTERS.unregister("11_latency")
+        sys.modules.pop("latency_example", None)
+    assert "example_latency_under_50us" not in CLAIMS

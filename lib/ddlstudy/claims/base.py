@@ -80,6 +80,11 @@ class Claim:
     direction: str = "greater"
     needs: str = ""
 
+    @property
+    def name(self) -> str:
+        """The registry key (the claim's id)."""
+        return self.id
+
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.id}: kind {self.kind!r} not in {KINDS}")

@@ -22,7 +22,6 @@ from typing import Any
 import pandas as pd
 
 from ddlstudy.analysis import calibration, inference
-from ddlstudy.claims import fourie2019, malik2018, pani, shi2019, wang_nchc
 from ddlstudy.claims.base import (
     EMULATED_03,
     NOT_MEASURED,
@@ -33,9 +32,11 @@ from ddlstudy.claims.base import (
     Measurement,
     Records,
 )
+from ddlstudy.claims.registry import all_claims
 
-CLAIMS: list[Claim] = [*shi2019.CLAIMS, *fourie2019.CLAIMS, *malik2018.CLAIMS, *pani.CLAIMS,
-                       *wang_nchc.CLAIMS]
+# The built-in claims (a snapshot for tables and tests); evaluation reads the registry itself,
+# so a claim registered later is judged too.
+CLAIMS: list[Claim] = all_claims()
 PAPERS = ["Shi 2019", "Fourie 2019", "Malik 2018", "Pani", "Wang (NCHC)"]
 COLUMNS = ["paper", "claim_id", "claim", "quote", "location", "conditions", "quantity", "value",
            "ci_low", "ci_high", "no_effect", "margin_low", "margin_high", "runs", "method",
@@ -67,12 +68,12 @@ def folders_from_meta(run: Path) -> Folders:
                            params.get("network", {}).get("chapter03_models", []))
 
 
-def undeclared_reads(claims: Sequence[Claim] = CLAIMS) -> list[str]:
+def undeclared_reads(claims: Sequence[Claim] | None = None) -> list[str]:
     """'claim_id: chapter/table' for every read the chapter registry does not declare."""
     from ddlstudy.chapters.registry import get_chapter
 
     bad = []
-    for c in claims:
+    for c in all_claims() if claims is None else claims:
         for chapter, table in c.reads:
             try:
                 ok = table in get_chapter(chapter).tables
@@ -118,10 +119,11 @@ def evaluate(claim: Claim, run_dir: Path, folders: Folders) -> list[dict]:
 
 
 def claims_table(run_dir: str | Path, folders: Folders | None = None,
-                 claims: Sequence[Claim] = CLAIMS) -> pd.DataFrame:
+                 claims: Sequence[Claim] | None = None) -> pd.DataFrame:
     """Every claim's rows; `folders` from `chapter_folders` (default: the run's meta.json)."""
     run = Path(run_dir)
     folders = folders_from_meta(run) if folders is None else folders
+    claims = all_claims() if claims is None else claims
     rows = [row for c in claims for row in evaluate(c, run, folders)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -131,7 +133,7 @@ def chapter_claims(run_dir: str | Path, chapter: str) -> pd.DataFrame:
     on the chapter folders present in `run_dir`: how a chapter states a paper's claim without a
     second definition of it (one quantity, one margin, one verdict across the book)."""
     run = Path(run_dir)
-    claims = [c for c in CLAIMS if any(ch == chapter for ch, _ in c.reads)]
+    claims = [c for c in all_claims() if any(ch == chapter for ch, _ in c.reads)]
     read = {ch for c in claims for ch, _ in c.reads}
     folders = {ch: [ch] for ch in read if (run / ch).is_dir()}
     return claims_table(run, folders, claims)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddlstudy.claims.base import TESTBED_HOST, Claim, Measurement, Records, per_run, side
+from ddlstudy.claims.registry import register_claim
 
 PAPER = "Fourie 2019"
 CONDITIONS = "MPI over cluster nodes, up to 80 processes, MNIST-style data parallel training"
@@ -118,3 +119,6 @@ CLAIMS = [
           "reaches that size, so the hypothesis agrees only with a ratio above 1",
           ((CH00, "bracketing_drift"),), _drift),
 ]
+
+for _claim in CLAIMS:
+    register_claim(_claim)

@@ -15,6 +15,7 @@ from ddlstudy.claims.base import (
     runs,
     side,
 )
+from ddlstudy.claims.registry import register_claim
 
 PAPER = "Malik 2018"
 CONDITIONS = ("BNL HPC1 / Institutional Cluster, K20-P100 GPUs, InfiniBand EDR, TensorFlow + "
@@ -146,3 +147,6 @@ CLAIMS = [
           "'the main bottleneck' = communication takes most of the step: share above 0.5",
           ((EMULATED_03, "summary"),), _comm_share),
 ]
+
+for _claim in CLAIMS:
+    register_claim(_claim)

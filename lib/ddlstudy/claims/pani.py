@@ -17,6 +17,7 @@ from ddlstudy.claims.base import (
     runs,
     side,
 )
+from ddlstudy.claims.registry import register_claim
 
 PAPER = "Pani"
 CNN = ("shallow CNN (2 conv + FC 800-500-10), MNIST, batch 32-8192, Xeon Silver 4214 CPU vs "
@@ -138,3 +139,6 @@ CLAIMS = [
           "above the large model's (ratio of ratios above 1)",
           ((CH03, "summary"), (EMULATED_03, "summary")), _ratio),
 ]
+
+for _claim in CLAIMS:
+    register_claim(_claim)

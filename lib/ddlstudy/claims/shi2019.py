@@ -22,6 +22,7 @@ from ddlstudy.claims.base import (
     runs,
     side,
 )
+from ddlstudy.claims.registry import register_claim
 
 PAPER = "Shi 2019"
 CONDITIONS = ("GCP VMs, 1 PS + 1-6 workers (TF PS) or 1-6 workers (Horovod ring), CIFAR-10, "
@@ -212,3 +213,6 @@ CLAIMS = [
           ((CH07, "summary"),), _ring_traffic),
 ]
 assert all(math.isfinite(c.no_effect) for c in CLAIMS)
+
+for _claim in CLAIMS:
+    register_claim(_claim)

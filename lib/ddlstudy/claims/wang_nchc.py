@@ -10,6 +10,7 @@ against ddlstudy's `tf_allreduce` (TF MultiWorkerMirrored), never against TF par
 from __future__ import annotations
 
 from ddlstudy.claims.base import TESTBED_EMULATED, Claim, Measurement, Records, per_run, runs
+from ddlstudy.claims.registry import register_claim
 
 PAPER = "Wang (NCHC)"
 RESNET = ("ResNet-50, ImageNet (ILSVRC2012), TF CNN benchmark, GPU nodes with up to 8 GPUs, "
@@ -151,3 +152,6 @@ CLAIMS = [
           needs="not measured: no chapter runs training inside containers (needs a GPU "
                 "testbed with Docker and Singularity; no command measures it yet)"),
 ]
+
+for _claim in CLAIMS:
+    register_claim(_claim)

@@ -1,0 +1,34 @@
+"""The claim registry: every claim of every paper, by id, in one place.
+
+Each paper's file (`claims/<paper>.py`) holds its `Claim` records and registers them; the
+registry loads those files as plugins on its first read (so it imports none of them itself), and
+a claim registered later (a notebook, a test, docs/extending.md's example) is judged like the
+built-ins. The engine (`ddlstudy.claims.engine`) evaluates whatever is registered.
+"""
+
+from __future__ import annotations
+
+from ddlstudy.claims.base import Claim
+from ddlstudy.registry import Registry
+
+PAPER_FILES = ("ddlstudy.claims.shi2019", "ddlstudy.claims.fourie2019",
+               "ddlstudy.claims.malik2018", "ddlstudy.claims.pani", "ddlstudy.claims.wang_nchc")
+CLAIMS: Registry[Claim] = Registry("claim", plugins=PAPER_FILES)
+
+
+def register_claim(claim: Claim) -> Claim:
+    """Add a claim; ValueError if its id is taken or a table it reads is not declared by its
+    chapter (ddlstudy.chapters.registry)."""
+    from ddlstudy.chapters.registry import get_chapter, table_known
+
+    for chapter, table in claim.reads:
+        get_chapter(chapter)  # ValueError naming the known chapters
+        if not table_known(chapter, table):
+            raise ValueError(f"claim {claim.id}: chapter {chapter} declares no table {table!r} "
+                             f"(declared: {', '.join(get_chapter(chapter).tables)})")
+    return CLAIMS.register(claim)
+
+
+def all_claims() -> list[Claim]:
+    """Every registered claim, papers in registration order."""
+    return list(CLAIMS.values())
