@@ -1,5 +1,8 @@
 """The papers' networks in plain torch, for CIFAR, MNIST and ImageNet input shapes.
 
+Long because: eight network families written out layer for layer (torchvision cannot be
+installed beside this torch), each class short, sharing the same few helpers.
+
 torchvision cannot be installed beside CPU torch 2.13 here, so the ImageNet-shaped models are
 written out layer for layer to match torchvision's definitions: same parameter counts (and so
 the same gradient volume per step, which is what Parameter Server vs all-reduce is about).

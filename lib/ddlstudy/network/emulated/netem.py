@@ -1,5 +1,10 @@
 """An emulated cluster network on one machine: a network namespace per node, shaped veth links.
 
+Long because: it owns every kernel object the emulator creates (namespaces, bridge, veth, tc
+qdiscs, state files) and removes them; creation and cleanup stay in one module so the cleanup
+invariants (only our own objects, a dead owner's objects always) are checked in one place.
+Measuring and the command line are in `measure.py`.
+
 Each node (worker or PS server) gets its own network namespace with one veth whose other end is a
 port of a bridge in the root namespace - a star topology, like hosts on one switch. Every link is
 shaped with `tc tbf` in both directions (egress of the node's veth = its uplink, egress of the
