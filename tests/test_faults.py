@@ -99,7 +99,7 @@ def _alive_of(record: dict) -> list[int]:
 
 def _train(strategy: str, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ddlstudy.cli.train", "--model", "mlp", "--dataset", "synthetic",
+        [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "synthetic",
          "--strategy", strategy, "--workers", "2", "--batch-size", "8", "--steps", "100000",
          "--warmup-steps", "1", "--timeout", str(TIMEOUT_S), "--no-progress", "--no-eval",
          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -221,6 +221,9 @@ def test_signal_to_report_mid_chapter_then_rerun(sig: signal.Signals, times: int
         assert proc.returncode == 128 + sig and took < 60, (proc.returncode, took, err[-2000:])
         assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
             f"interrupted by {sig.name}: stopped")
+        stopped = int(err.strip().splitlines()[-1].split(": stopped ")[1].split()[0])
+        # the kernel and chapter 01's engines at least, whoever ended them (issue 23: not 0)
+        assert stopped >= 1 + len(record["rank_pids"]), err.strip().splitlines()[-1]
         assert _alive_of(record) == []
     done = list(out.glob("00_background*.done.json"))  # the finished chapter's record is intact
     assert done and json.loads(done[0].read_text()) and (out / "00_background.ipynb").exists()

@@ -184,7 +184,8 @@ def render(run_dir: Path, jobs: list[Job], failures: dict[str, str], skipped: se
     meta = records.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
     params_yaml = yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
     index, seconds = build_book(run_dir, pages, meta, params.run_id, params_yaml)
-    tqdm.write(f"book: {len(pages)} chapter pages rendered in {seconds:.0f} s")
+    tqdm.write(f"book: {len(pages)} chapter pages rendered in {seconds:.0f} s (as a PDF: make "
+               f"pdf RUN={run_dir})")
     return index
 
 
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cluster.handle_signals(quiet=True)  # papermill/nbclient/asyncio: no dying-kernel chatter
     os.environ.update(cluster.owner_env())  # kernels' clusters die with this runner
+    watch = Descendants()
     try:
         result = run_report(args.params, args.out)
     except (ParamsError, OutputFolderError) as err:  # bad params, busy or unwritable --out
@@ -275,11 +277,70 @@ def main(argv: list[str] | None = None) -> int:
               "and re-run the same command to resume", file=sys.stderr)
         return 1
     except cluster.Interrupted as err:
-        return _stop_on_signal(err)
+        return _stop_on_signal(err, watch)
+    finally:
+        watch.close()
     return 1 if result.failed else 0
 
 
-def _stop_on_signal(err: BaseException) -> int:
+STOP_WINDOW_S = 15.0  # papermill's kernel shutdown on an interrupt takes a few seconds
+
+
+class Descendants:
+    """The processes under this runner (kernels, their controllers and engines), sampled every
+    `every_s` by a daemon thread: a signal to the process group ends many of them before the
+    handler runs, so what the stop ended is counted from the recent samples, not only from the
+    processes still alive when it looks."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        import threading
+
+        self.every_s = every_s
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> last seen
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="descendants", daemon=True)
+        self._thread.start()
+
+    def sample(self) -> None:
+        import psutil
+
+        now = time.monotonic()
+        try:
+            kids = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return
+        for kid in kids:
+            try:
+                self.seen[(kid.pid, kid.create_time())] = now
+            except psutil.Error:
+                continue
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sample()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def ended(self, within_s: float) -> int:
+        """How many processes seen in the last `within_s` seconds have ended since."""
+        import psutil
+
+        cutoff = time.monotonic() - within_s
+        gone = 0
+        for (pid, created), last in list(self.seen.items()):
+            if last < cutoff:
+                continue
+            try:
+                proc = psutil.Process(pid)
+                alive = proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+            gone += not alive
+        return gone
+
+
+def _stop_on_signal(err: BaseException, watch: Descendants | None = None) -> int:
     """Stop what this runner started (kernels, their clusters) and orphans of dead runs; one
     line; exit 128 + signal. Finished chapters keep their markers: a re-run resumes."""
     import psutil
@@ -289,12 +350,18 @@ def _stop_on_signal(err: BaseException) -> int:
 
     # the first signal's handler already ignores further ones (cluster.handle_signals)
     with cluster.defer_signals():
+        if watch is not None:
+            watch.close()
+            watch.sample()  # whatever is still running now counts too
         children = {p.pid for p in psutil.Process().children(recursive=True)}
         cluster.kill_after_grace(children, cluster.STOP_GRACE_S)
         orphans = cluster.cleanup()
         # an emulated chapter's namespaces and links: their owner (the kernel) is dead now
         links = netem.cleanup_all()
-    print(f"interrupted by {err}: stopped {len(children) + orphans} processes"
+    # ended around the stop (on the signal itself, in papermill's kernel shutdown while the
+    # exception unwound, or killed here): processes seen running in the last STOP_WINDOW_S
+    stopped = watch.ended(STOP_WINDOW_S) if watch is not None else len(children)
+    print(f"interrupted by {err}: stopped {stopped + orphans} processes"
           + (f", removed {len(links)} emulated-network objects" if links else "")
           + "; finished chapters are kept, re-run the same command to resume", file=sys.stderr)
     return int(getattr(err, "exit_code", 130))
