@@ -76,6 +76,14 @@ bench: setup
 report: setup
 	$(PY) -m ddlstudy.report --params $(PARAMS)
 
+# The rendered book as one PDF (Chromium print-to-PDF of Sphinx's single-page build), its page
+# count printed; RUN: a rendered run folder. SHOTS=docs/figures also saves the landing page and
+# chapter 99 as PNGs there (docs/book.md shows them).
+.PHONY: pdf
+RUN ?= outputs/default
+pdf: setup browser
+	$(PY) -m ddlstudy.report.pdf $(RUN) $(if $(SHOTS),--screenshots $(SHOTS))
+
 # Every chapter, 07-10 included (hours): the quick report's run folder is not reused (run_id full).
 report-full: setup
 	$(PY) -m ddlstudy.report --params $(PARAMS) --params params/full.yaml

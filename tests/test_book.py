@@ -192,3 +192,120 @@ def test_code_notebooks_and_params_cite_papers_by_author(repo_root: Path) -> Non
                 if path.is_file():
                     found = bad_cite.findall(path.read_text(errors="replace"))
                     assert not found, f"{path.relative_to(repo_root)}: {found}"
+
+
+PRESENTED = [  # str.format'ed with the chapter folder: braces doubled
+    "print('\\n'.join(f'row {{i}}' for i in range(30)))",
+    "from pathlib import Path\nPath('outputs') / 'x.csv'",
+    "import pandas as pd\npd.DataFrame({{'time_p50_s': [1 / 8.1, float('nan')], "
+    "'name': ['a', 'b']}})",
+    "%matplotlib inline\nimport matplotlib.pyplot as plt\n"
+    "from IPython.display import display\nimport pandas as pd\n"
+    "from ddlstudy.analysis import plots\n"
+    "df = pd.DataFrame({{'model': ['m'] * 4, 'strategy': ['ps_sync', 'ps_sync', 'allreduce', "
+    "'allreduce'], 'workers': [1, 2, 1, 2], 'images_per_sec': [1.0, 2.0, 1.0, 3.0]}})\n"
+    "fig = plots.throughput_vs_workers(df, 'Training throughput (emulated)')\n"
+    "plots.save(fig, {folder!r}, 'throughput')\ndisplay(fig)\nplt.close(fig)",
+]
+
+
+def _claims_rows() -> pd.DataFrame:
+    """A claims.csv as ddlstudy.claims.engine writes it: decided, inconclusive (no interval),
+    not measured (NaN everywhere) and set by configuration rows."""
+    base = {"quote": "q", "location": "p. 30", "conditions": "GCP", "no_effect": 1.0,
+            "margin_low": 0.8, "margin_high": 1.25, "method": "t-log", "chapter": ""}
+    nan = float("nan")
+    rows = [
+        {"paper": "Shi 2019", "claim_id": "shi_ring_scales_better", "claim": "ring scales",
+         "quantity": "ratio [03_ps_vs_ring]", "value": 2.668654, "ci_low": 1.1620434,
+         "ci_high": 21.58974, "runs": 5, "testbed": "one host", "source": "measured",
+         "verdict": "agrees", "reason": "agrees: 95 % interval [1.16, 21.6] lies above 1"},
+        {"paper": "Shi 2019", "claim_id": "shi_ps_traffic_proportional", "claim": "PS traffic",
+         "quantity": "ratio [10GbE]", "value": 0.986212, "ci_low": nan, "ci_high": nan,
+         "runs": 1, "testbed": "emulated", "verdict": "inconclusive",
+         "source": "reference run: vm, 2026-11-24, git 0a4b4e3+dirty, 126bab8+dirty "
+                   "(16 cells); emulated", "reason": "inconclusive: 1 runs (needs 5)"},
+        {"paper": "Malik 2018", "claim_id": "malik_same_batch_resnet50", "claim": "same batch",
+         "quantity": "ratio [resnet50]", "value": nan, "ci_low": nan, "ci_high": nan,
+         "runs": 0, "testbed": "emulated", "source": nan, "verdict": "not measured",
+         "reason": "not measured: chapter 09_batch_size is not in this run's "
+                   "report.chapters; needs the sweep"},
+        {"paper": "Wang (NCHC)", "claim_id": "wang_netpipe_14x", "claim": "IB 14x",
+         "quantity": "rate", "value": nan, "ci_low": nan, "ci_high": nan, "runs": 0,
+         "testbed": "emulator settings", "source": nan, "verdict": "set by configuration",
+         "reason": "set by configuration: the emulated links' rates"},
+    ]
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_claims_view_is_a_reviewers_table() -> None:
+    from ddlstudy.report import claims_view
+
+    df = _claims_rows()
+    page = claims_view.claims_html(df)
+    assert "nan" not in page.lower().replace("nanoseconds", "")
+    assert page.count("<details>") == len(df) and "p. 30" in page  # quote folded under rows
+    assert "2.67 [1.16, 21.6], 5 runs" in page  # rounded, with interval and runs
+    assert "0.986, 1 run (no interval: a verdict needs 5)" in page
+    assert "make report-full" in page and "chapter 09_batch_size" in page  # what to run
+    assert "not reference material" in page and "2 git shas" in page  # dirty reference flagged
+    assert "\u2014 (set by configuration, not measured)" in page
+    assert claims_view.stated_verdicts(page) == [(0, "agrees"), (1, "inconclusive"),
+                                                 (2, "not measured"),
+                                                 (3, "set by configuration")]
+    assert claims_view.check_page(page, df) == []
+    wrong = df.assign(verdict=["differs", *df["verdict"][1:]])
+    assert any("row 0" in w for w in claims_view.check_page(page, wrong))
+    text = f"<p>Per paper: Shi 2019: 2 agrees; Agreeing: Shi 2019.</p>{page}"
+    bad = claims_view.check_page(text, df)
+    assert any("Shi 2019: page says (2 agrees)" in b for b in bad)
+    assert any("Agreeing" in b for b in bad)
+    rules = claims_view.rules()
+    assert "inconclusive" in rules and "independent runs" in rules and "interval" in rules
+    assert claims_view.num(float("nan")) == "\u2014" and claims_view.num(41394.225275) == "4.14e+04"
+
+
+def test_book_states_claims_csv_verdicts_and_presents_outputs(tmp_path: Path) -> None:
+    """A rendered book: every page's verdicts equal claims.csv's; long stdout moved to a linked
+    log, no PosixPath, tables rounded with units and no NaN, figures numbered and captioned
+    with their data linked, parameters folded, claims.csv linked."""
+    from nbclient import NotebookClient
+
+    from ddlstudy.report import claims_view
+
+    run = tmp_path / "run"
+    folder = run / "02_collectives"
+    folder.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 2. Collectives")]
+    nb.cells += [nbformat.v4.new_code_cell(src.format(folder=str(folder))) for src in PRESENTED]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    nbformat.write(nb, run / "02_collectives.ipynb")
+    (run / "99_conclusions").mkdir()
+    claims = _claims_rows()
+    claims.to_csv(run / "99_conclusions" / "claims.csv", index=False)
+    c99 = nbformat.v4.new_notebook()
+    c99.cells = [nbformat.v4.new_markdown_cell("# 99. Conclusions")]
+    nbformat.write(c99, run / "99_conclusions.ipynb")
+    pages = [book.Page("02_collectives", "02_collectives", "ran"),
+             book.Page("99_conclusions", "99_conclusions", "ran")]
+    index, _ = book.build_book(run, pages, {"git_sha": "abc"}, "t", "a: 1\nb: 2\n")
+    report = index.parent
+    for page in report.glob("*.html"):
+        text = page.read_text()
+        assert claims_view.check_page(text, claims) == [], page.name
+        assert "PosixPath" not in text, page.name
+    landing, chapter = index.read_text(), (report / "02_collectives.html").read_text()
+    c99_html = (report / "99_conclusions.html").read_text()
+    assert len(claims_view.stated_verdicts(c99_html)) == len(claims)
+    assert '<details class="params">' in landing and "claims.csv" in landing
+    assert (report / "_static" / "data" / "claims.csv").exists()
+    assert 'alt="Verdicts by paper' in landing
+    logs = list((report / "_static" / "logs").glob("*.txt"))
+    assert len(logs) == 1 and "row 29" in logs[0].read_text()
+    assert "row 29" not in chapter and "full output (30 lines" in chapter
+    assert "0.1235" in chapter and "0.12345679" not in chapter
+    assert "time_p50_s (s)" in chapter and ">NaN<" not in chapter
+    assert re.search(r'alt="Figure 2\.1: Training throughput \(emulated\)', chapter)
+    assert "02_collectives-throughput.csv" in chapter
+    assert (report / "_static" / "data" / "02_collectives-throughput.csv").exists()

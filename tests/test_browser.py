@@ -1,12 +1,18 @@
 """The CI report's book opened in headless Chromium (Debian's `chromium`), driven over the DevTools
 protocol: the landing page and every chapter load from disk with every image decoded, no console
-error, no visible "Traceback", the claims table on the landing page; screenshots are saved under
-`<run>/report/screenshots/` for a person to look at. `make test` installs chromium when root."""
+error, no visible "Traceback", the claims summary on the landing page; the landing page within 4
+screens at 1400x900, no printed output box over 20 lines, no `PosixPath`, no NaN in a rendered
+table, every image with a caption as alt text, and no page stating a verdict that differs from
+claims.csv. Screenshots are saved under `<run>/report/screenshots/` for a person to look at.
+`make test` installs chromium when root.
+
+DDLSTUDY_BOOK=RUN_DIR checks an already rendered run instead of rendering the CI report."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,7 +26,10 @@ import pytest
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--remote-debugging-port=0", "--window-size=1400,1000"]
+         "--remote-debugging-port=0", "--window-size=1400,900"]
+SCREEN = (1400, 900)
+MAX_SCREENS = 4
+MAX_STDOUT_LINES = 20
 PAGE_TIMEOUT_S = 30
 
 pytestmark = pytest.mark.skipif(
@@ -121,19 +130,28 @@ def _devtools_port(proc: subprocess.Popen) -> int:
 
 CHECK = """({
   images: Array.from(document.images).map(i => [i.getAttribute('src'), i.complete,
-                                                 i.naturalWidth]),
+                                                 i.naturalWidth, i.getAttribute('alt') || '']),
   text: document.body.innerText,
-  claims: !!document.querySelector('table.claims'),
+  html: document.documentElement.outerHTML,
+  claims: !!document.querySelector('table.claims, table.claims-view'),
   sidebar: document.querySelectorAll('nav.bd-links a').length,
   search: !!document.querySelector('form.bd-search, .search-button-field, [data-bs-target]'),
   codeShown: Array.from(document.querySelectorAll('details.hide-above-input, details'))
              .filter(d => d.open && d.querySelector('.cell_input')).length,
+  height: document.documentElement.scrollHeight,
+  stdout: Array.from(document.querySelectorAll('div.output.stream, div.output.stream pre'))
+          .map(b => b.innerText.replace(/\\n$/, '').split('\\n').length),
+  nanTables: Array.from(document.querySelectorAll('table'))
+             .filter(t => /\\b(NaN|nan)\\b/.test(t.innerText)).length,
 })"""
 
 
 def _visit(browser: DevTools, page: Path, shots: Path) -> dict[str, Any]:
-    """Open one page from disk, screenshot it, return what CHECK reads and the console errors."""
+    """Open one page from disk at 1400x900, screenshot it, return what CHECK reads and the
+    console errors."""
     browser.errors.clear()
+    browser.call("Emulation.setDeviceMetricsOverride", width=SCREEN[0], height=SCREEN[1],
+                 deviceScaleFactor=1, mobile=False)
     browser.open(page.resolve().as_uri())
     browser.js("Promise.all(Array.from(document.images).map(i => i.decode().catch(() => 0)))")
     seen = browser.js(CHECK)
@@ -142,26 +160,56 @@ def _visit(browser: DevTools, page: Path, shots: Path) -> dict[str, Any]:
     return {**seen, "errors": list(browser.errors)}
 
 
-def test_book_opens_in_chromium(ci_report, browser: DevTools) -> None:
-    _, out, result = ci_report
+@pytest.fixture(scope="module")
+def book(request: pytest.FixtureRequest) -> tuple[Path, list[str]]:
+    """(run folder, chapter pages) of a rendered book: DDLSTUDY_BOOK's, else the CI report's."""
+    given = os.environ.get("DDLSTUDY_BOOK")
+    if given:
+        run = Path(given)
+        names = sorted(p.stem for p in (run / "report").glob("[0-9][0-9]_*.html"))
+        return run, names
+    _, out, result = request.getfixturevalue("ci_report")
+    return out, list(result.ran)
+
+
+def test_book_opens_in_chromium(book, browser: DevTools) -> None:
+    import pandas as pd
+
+    from ddlstudy.report import claims_view
+
+    out, ran = book
     report = out / "report"
     shots = report / "screenshots"
     shots.mkdir(exist_ok=True)
-    pages = [report / "index.html", *(report / f"{n}.html" for n in result.ran)]
+    pages = [report / "index.html", *(report / f"{n}.html" for n in ran)]
     assert len(pages) > 1
+    claims_csv = out / "99_conclusions" / "claims.csv"
+    claims = pd.read_csv(claims_csv) if claims_csv.exists() else None
     landing = None
     for page in pages:
         seen = _visit(browser, page, shots)
         where = page.name
         assert seen["errors"] == [], f"{where}: console errors {seen['errors']}"
-        broken = [src for src, done, width in seen["images"] if not (done and width > 0)]
+        broken = [src for src, done, width, _ in seen["images"] if not (done and width > 0)]
         assert not broken, f"{where}: images that did not load: {broken}"
+        no_caption = [src for src, _, _, alt in seen["images"]
+                      if " " not in alt.strip() or re.fullmatch(r"[0-9a-f]{16,}", alt.strip())]
+        assert not no_caption, f"{where}: images without a caption as alt text: {no_caption}"
         assert "Traceback" not in seen["text"], f"{where}: a traceback is visible"
         assert "TqdmWarning" not in seen["text"] and "/tmp/" not in seen["text"], where
-        assert seen["sidebar"] >= len(result.ran), f"{where}: sidebar lacks chapters"
+        assert "PosixPath" not in seen["text"], f"{where}: a PosixPath repr is visible"
+        long_boxes = [n for n in seen["stdout"] if n > MAX_STDOUT_LINES]
+        assert not long_boxes, f"{where}: printed output boxes of {long_boxes} lines"
+        assert seen["nanTables"] == 0, f"{where}: {seen['nanTables']} tables show NaN"
+        assert seen["sidebar"] >= len(ran), f"{where}: sidebar lacks chapters"
         assert seen["codeShown"] == 0, f"{where}: code is unfolded by default"
+        if claims is not None and "claim_id" in claims:
+            wrong = claims_view.check_page(seen["html"], claims)
+            assert not wrong, f"{where}: verdicts that differ from claims.csv: {wrong}"
         landing = landing or seen
-    assert landing is not None and landing["claims"], "landing page has no claims table"
-    assert len(landing["images"]) >= 3, "landing page shows fewer than 3 headline figures"
+    assert landing is not None and landing["claims"], "landing page has no claims summary"
+    assert len(landing["images"]) >= 2, "landing page shows fewer than 2 figures"
+    screens = landing["height"] / SCREEN[1]
+    assert screens <= MAX_SCREENS, f"landing page is {screens:.1f} screens at 1400x900"
     assert (shots / "index.png").stat().st_size > 10_000
     assert {p.stem for p in shots.glob("*.png")} >= {p.stem for p in pages}

@@ -14,6 +14,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from ddlstudy.analysis import style
+
 sns.set_theme(context="notebook", style="whitegrid")
 # Where repeats sit under one point: the line is their median and the band seaborn's 95 %
 # percentile-bootstrap interval of that median (fixed seed), as the verdicts use medians.
@@ -21,9 +23,19 @@ MEDIAN_CI: dict = {"estimator": "median", "errorbar": ("ci", 95), "seed": 0}
 
 
 def save(fig: Figure, out_dir: str | Path, name: str) -> Path:
+    """`<name>.png`, with `<name>.json` (caption: the figure's title; kind) and, when the
+    figure function tagged its data (style.finish), `<name>.csv`: the book captions the figure
+    and links its data."""
+    import json
+
     path = Path(out_dir) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
+    data = getattr(fig, "ddlstudy_data", None)
+    if isinstance(data, pd.DataFrame):
+        data.to_csv(path.with_suffix(".csv"), index=False)
+    path.with_suffix(".json").write_text(json.dumps(
+        {"caption": style.caption_of(fig), "kind": getattr(fig, "ddlstudy_kind", "")}))
     return path
 
 
@@ -44,43 +56,48 @@ def collective_time_vs_size(df: pd.DataFrame, title: str = "") -> Figure:
     """Fourie 2019's figure: all-reduce time vs message size, log-log, one line per algorithm."""
     grid = sns.relplot(data=df, x="size_bytes", y="time_p50_s", hue="algorithm", col="ranks",
                        kind="line", marker="o", **MEDIAN_CI, height=3.6, aspect=1.2,
-                       facet_kws={"sharey": True})
+                       facet_kws={"sharey": True}, palette=style.palette(df["algorithm"]))
+    grid.set_titles("{col_name} ranks")
     for ax in grid.axes.flat:
-        ax.set_yscale("log")
+        style.log_if_decades(ax, df["time_p50_s"])
         _bytes_axis(ax)
-        ax.set_xlabel("message size")
+        ax.set_xlabel("message size (bytes per rank)")
         ax.set_ylabel("time p50 (s)")
-    grid.figure.suptitle(title or "All-reduce time vs message size", y=1.03)
-    return grid.figure
+    style.title(grid.figure, title or "All-reduce time vs message size", facets=True)
+    return style.finish(grid.figure, df, "measured")
 
 
 def collective_busbw_vs_size(df: pd.DataFrame, p2p_gbps: float | None = None,
                              title: str = "") -> Figure:
     grid = sns.relplot(data=df, x="size_bytes", y="busbw_gbps", hue="algorithm", col="ranks",
-                       kind="line", marker="o", **MEDIAN_CI, height=3.6, aspect=1.2)
+                       kind="line", marker="o", **MEDIAN_CI, height=3.6, aspect=1.2,
+                       palette=style.palette(df["algorithm"]))
+    grid.set_titles("{col_name} ranks")
     for ax in grid.axes.flat:
         _bytes_axis(ax)
-        ax.set_xlabel("message size")
+        ax.set_xlabel("message size (bytes per rank)")
         ax.set_ylabel("busbw (GB/s)")
         if p2p_gbps:
             ax.axhline(p2p_gbps, color="k", ls="--", lw=1)
             ax.annotate("point-to-point", (ax.get_xlim()[0], p2p_gbps), fontsize=8,
                         va="bottom")
-    grid.figure.suptitle(title or "Bus bandwidth (algbw x 2(n-1)/n)", y=1.03)
-    return grid.figure
+    style.title(grid.figure, title or "Bus bandwidth (algbw x 2(n-1)/n)", facets=True)
+    return style.finish(grid.figure, df, "measured")
 
 
 def costmodel_residuals(err: pd.DataFrame, title: str = "") -> Figure:
     """Relative error of the fitted alpha-beta-gamma model, per algorithm and size."""
     grid = sns.relplot(data=err, x="size_bytes", y="rel_error", hue="algorithm", col="ranks",
-                       kind="line", marker="o", height=3.4, aspect=1.2)
+                       kind="line", marker="o", height=3.4, aspect=1.2,
+                       palette=style.palette(err["algorithm"]))
+    grid.set_titles("{col_name} ranks")
     for ax in grid.axes.flat:
         _bytes_axis(ax)
         ax.axhline(0, color="k", lw=0.8)
-        ax.set_xlabel("message size")
-        ax.set_ylabel("(predicted - measured) / measured")
-    grid.figure.suptitle(title or "Cost model fit residuals", y=1.03)
-    return grid.figure
+        ax.set_xlabel("message size (bytes per rank)")
+        ax.set_ylabel("(predicted - measured) / measured (fraction)")
+    style.title(grid.figure, title or "Cost model fit residuals", facets=True)
+    return style.finish(grid.figure, err, "measured")
 
 
 def p2p_bandwidth(df: pd.DataFrame, title: str = "") -> Figure:
@@ -93,22 +110,61 @@ def p2p_bandwidth(df: pd.DataFrame, title: str = "") -> Figure:
                  **MEDIAN_CI)
     for ax in (bw, lat):
         _bytes_axis(ax)
-        ax.set_xlabel("message size")
-    lat.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+    style.log_if_decades(lat, df["latency_us"])
     bw.set_ylabel("bandwidth (GB/s)")
-    lat.set_ylabel("one-way latency (us)")
-    fig.suptitle(title or "Rank 0 to each peer: ping-pong", y=1.02)
-    return fig
+    lat.set_ylabel("one-way latency (\u00b5s)")
+    style.title(fig, title or "Rank 0 to each peer: ping-pong")
+    return style.finish(fig, df, "measured")
 
 
 def throughput_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
-    """Shi 2019 Figs 4.1/4.2: images/sec vs worker count, one panel per strategy."""
-    grid = sns.catplot(data=summary, x="workers", y="images_per_sec", hue="model",
-                       col="strategy", kind="point", height=3.6, aspect=1.1,
-                       **MEDIAN_CI)
+    """Shi 2019 Figs 4.1/4.2: images/sec vs worker count, PS and ring in one panel per model
+    (strategy colours from analysis.style)."""
+    grid = sns.catplot(data=summary, x="workers", y="images_per_sec", hue="strategy",
+                       col="model", kind="point", height=3.6, aspect=1.1,
+                       palette=style.palette(summary["strategy"]), **MEDIAN_CI)
     grid.set_axis_labels("workers", "images / sec (all workers)")
-    grid.figure.suptitle(title or "Training throughput", y=1.03)
-    return grid.figure
+    grid.set_titles("{col_name}")
+    style.title(grid.figure, title or "Training throughput", facets=True)
+    return style.finish(grid.figure, summary, "measured")
+
+
+def ps_vs_ring(summary: pd.DataFrame, title: str = "", min_workers: int = 2,
+               ncols: int = 3) -> Figure:
+    """The study's answer in one figure: images/sec (cluster-equivalent when the clock was
+    dilated) vs workers, PS and ring in each model's panel (up to `ncols` a row), median of runs
+    and its interval. From `min_workers` (2: a 1-worker ring sends nothing, so its cell is not
+    the same kind of step as the PS's and dwarfs the rest)."""
+    y = "images_per_sec_cluster" if "images_per_sec_cluster" in summary and \
+        summary["images_per_sec_cluster"].notna().any() else "images_per_sec"
+    pair = summary["strategy"].isin(["ps_sync", "allreduce"])
+    data = summary[pair] if pair.any() else summary
+    data = data[data["workers"] >= min_workers].assign(strategy=data["strategy"].replace(
+        {"ps_sync": "ps_sync (Parameter Server)", "allreduce": "allreduce (ring)"}))
+    models = list(dict.fromkeys(data["model"]))
+    cols = max(1, min(ncols, len(models)))
+    rows = -(-len(models) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, 3.6 * cols), 2.9 * rows + 0.6),
+                             squeeze=False)
+    flat = list(axes.flat)
+    for ax, model in zip(flat, models, strict=False):
+        part = data[data["model"] == model]
+        sns.lineplot(data=part, x="workers", y=y, hue="strategy", marker="o", ax=ax,
+                     palette=style.palette(part["strategy"]), legend=ax is flat[0],
+                     **MEDIAN_CI)
+        style.integer_ticks(ax, part["workers"])
+        ax.set_title(str(model), fontsize=10)
+        ax.set_xlabel("workers")
+        ax.set_ylabel("images / sec (cluster)")
+        ax.set_ylim(bottom=0)
+    for ax in flat[len(models):]:
+        ax.set_visible(False)
+    if flat[0].get_legend():
+        sns.move_legend(flat[0], "lower left", fontsize=7, title=None)
+    fig.tight_layout()
+    style.title(fig, title, facets=True)
+    return style.finish(fig, data, "emulated")
 
 
 def add_speedup(summary: pd.DataFrame) -> pd.DataFrame:
@@ -126,14 +182,17 @@ def add_speedup(summary: pd.DataFrame) -> pd.DataFrame:
 
 def speedup_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
     data = add_speedup(summary)
-    grid = sns.relplot(data=data, x="workers", y="speedup", hue="model", col="strategy",
-                       kind="line", marker="o", **MEDIAN_CI, height=3.6, aspect=1.1)
+    grid = sns.relplot(data=data, x="workers", y="speedup", hue="strategy", col="model",
+                       kind="line", marker="o", **MEDIAN_CI, height=3.6, aspect=1.1,
+                       palette=style.palette(data["strategy"]))
+    grid.set_titles("{col_name}")
     for ax in grid.axes.flat:
         top = data["workers"].max()
         ax.plot([1, top], [1, top], color="k", ls=":", lw=1, label="linear")
-        ax.set_ylabel("speed-up over 1 worker")
-    grid.figure.suptitle(title or "Speed-up", y=1.03)
-    return grid.figure
+        ax.set_ylabel("speed-up over 1 worker (x)")
+        style.integer_ticks(ax, data["workers"])
+    style.title(grid.figure, title or "Speed-up", facets=True)
+    return style.finish(grid.figure, data, "measured")
 
 
 def step_breakdown(summary: pd.DataFrame, title: str = "") -> Figure:
@@ -150,11 +209,12 @@ def step_breakdown(summary: pd.DataFrame, title: str = "") -> Figure:
             ax.bar(sub["label"], sub[part], bottom=bottom, label=part.removesuffix("_s"))
             bottom += sub[part].to_numpy()
         ax.set_title(model)
-        ax.set_ylabel("seconds per step (median)")
+        ax.set_xlabel("strategy, workers")
+        ax.set_ylabel("seconds per step (median, s)")
         ax.tick_params(axis="x", labelsize=8)
     axes[0][0].legend()
-    fig.suptitle(title or "Step time breakdown", y=1.02)
-    return fig
+    style.title(fig, title or "Step time breakdown", facets=True)
+    return style.finish(fig, summary, "measured")
 
 
 def _nodes(mon: pd.DataFrame) -> pd.DataFrame:
@@ -167,20 +227,24 @@ def utilization_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
     fig, ax = plt.subplots(figsize=(8, 3.4))
     sns.lineplot(data=_nodes(mon), x="t", y="cpu_pct", hue="node", ax=ax)
     ax.set_xlabel("time (s)")
-    ax.set_ylabel("CPU % of the engine process")
+    ax.set_ylabel("CPU of the engine process (%)")
     ax.set_title(title or "Utilisation per node")
-    return fig
+    return style.finish(fig, mon, "measured")
 
 
 def packets_over_time(mon: pd.DataFrame, title: str = "") -> Figure:
     """Shi 2019 Figs 4.6-4.7, ...: packets received and sent per node over time."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    shared = "iface_shared" in mon and bool(mon["iface_shared"].fillna(False).any())
     for ax, col in zip(axes, ("packets_recv_per_s", "packets_sent_per_s"), strict=True):
         sns.lineplot(data=_nodes(mon), x="t", y=col, hue="node", ax=ax)
         ax.set_xlabel("time (s)")
-        ax.set_ylabel(col.replace("_per_s", " per s").replace("_", " "))
-    fig.suptitle(title or "Packets per node", y=1.02)
-    return fig
+        ax.set_ylabel(col.replace("_per_s", "").replace("_", " ") + " (per s)")
+        ax.set_title(("received" if "recv" in col else "sent")
+                     + (" (shared loopback: every engine's packets)" if shared else ""),
+                     fontsize=9)
+    style.title(fig, title or "Packets per node", facets=True)
+    return style.finish(fig, mon, "measured")
 
 
 def ps_setups_timeline(mon: pd.DataFrame, title: str = "") -> Figure:
@@ -198,17 +262,20 @@ def ps_setups_timeline(mon: pd.DataFrame, title: str = "") -> Figure:
     ax.set_ylabel("loopback MB / s (all engines)" if shared else "server MB received / s")
     ax.legend()
     ax.set_title(title or "Parameter Server traffic as workers are added")
-    return fig
+    return style.finish(fig, server, "measured")
 
 
 def drift_table_figure(drift: pd.DataFrame, title: str = "") -> Figure:
     fig, ax = plt.subplots(figsize=(6, 3))
-    sns.barplot(data=drift, x="algorithm", y="abs_error", ax=ax)
-    ax.set_yscale("log")
-    ax.set_ylabel("|float32 result - exact|")
+    # points, not bars: a bar's length means nothing on a log axis (used when errors span decades)
+    sns.stripplot(data=drift, x="algorithm", y="abs_error", hue="algorithm", ax=ax, size=7,
+                  palette=style.palette(drift["algorithm"]), legend=False, jitter=False)
+    style.log_if_decades(ax, drift["abs_error"])
+    ax.set_xlabel("all-reduce algorithm")
+    ax.set_ylabel("|float32 result - exact| (absolute)")
     ax.set_title(title or "Summation order ('bracketing') drift")
     ax.tick_params(axis="x", rotation=30)
-    return fig
+    return style.finish(fig, drift, "measured")
 
 
 # ----------------------------------------------------------------------------- chapter 06
@@ -223,14 +290,15 @@ def model_vs_measured(table: pd.DataFrame, title: str = "") -> Figure:
     ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="0.85", label="+-10 %")
     held = table[table["role"] == "validate"]
     sns.scatterplot(data=held, x="measured_s", y="predicted_s", hue="strategy", style="model",
-                    ax=ax, s=45)
+                    ax=ax, s=45, palette=style.palette(held["strategy"]))
     fit = table[table["role"] == "fit"]
     ax.scatter(fit["measured_s"], fit["predicted_s"], facecolor="none", edgecolor="k",
                marker="s", s=70, label="fit cells")
     ax.set(xscale="log", yscale="log", xlabel="measured s per step (emulated clock)",
-           ylabel="predicted s per step", title=title or "Step-time model vs measured cells")
+           ylabel="predicted s per step (model)",
+           title=title or "Step-time model vs measured cells")
     ax.legend(fontsize=7, loc="upper left")
-    return fig
+    return style.finish(fig, table, "emulated, projected")
 
 
 def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, hue: str,
@@ -241,8 +309,7 @@ def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, 
     cols = list(proj[col].unique()) if col else [None]
     fig, axes = plt.subplots(1, len(cols), figsize=(3.4 * len(cols) + 1.5, 3.6), squeeze=False,
                              sharey=y == "efficiency")
-    palette = dict(zip(proj[hue].unique(), sns.color_palette(n_colors=proj[hue].nunique()),
-                       strict=True))
+    palette = style.palette(proj[hue])
     for ax, key in zip(axes[0], cols, strict=True):
         part = proj if key is None else proj[proj[col] == key]
         for name, line in part.groupby(hue, sort=False):
@@ -253,16 +320,18 @@ def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, 
             for name, dots in pts.groupby(hue):
                 ax.scatter(dots["workers"], dots[y], color=palette.get(name, "k"), marker="o",
                            edgecolor="k", zorder=3, label=f"{name} (measured, emulated)")
-        if logx:
+        if logx and style.spans_decades(proj["workers"], decades=1.0):
             ax.set_xscale("log", base=2)
+        else:
+            style.integer_ticks(ax, proj["workers"])
         if y == "efficiency":
             ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
             ax.set_ylim(0, 1.05)
         ax.set(xlabel="workers", ylabel=ylabel or y, title="" if key is None else str(key))
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle(title, y=1.04)
     fig.tight_layout()
-    return fig
+    style.title(fig, title, facets=col is not None)
+    return style.finish(fig, proj, "projected")
 
 
 # ----------------------------------------------------------------------------- chapter 10
@@ -273,12 +342,13 @@ def recovery_cost(fails: pd.DataFrame, order: list[str], title: str = "") -> Fig
                            (axes[1], "steps_redone", "steps redone")]:
         for i, s in enumerate(order):
             vals = fails[fails["strategy"] == s][col]
-            ax.plot([i] * len(vals), vals, "o", alpha=0.6)
+            ax.plot([i] * len(vals), vals, "o", alpha=0.6, color=style.colour(s))
             ax.plot([i - 0.2, i + 0.2], [vals.median()] * 2, "k-")
         ax.set_xticks(range(len(order)), order)
+        ax.set_xlabel("strategy")
         ax.set_ylabel(label)
-    fig.suptitle(title, y=1.02, fontsize=10)
-    return fig
+    style.title(fig, title)
+    return style.finish(fig, fails, "measured")
 
 
 # ----------------------------------------------------------------------------- chapter 09
@@ -318,7 +388,9 @@ def throughput_with_excluded(summary: pd.DataFrame, title: str = "",
     """`throughput_vs_workers`, with the cells flagged `flag` (they asked more than the host
     moves) marked by a red x: shown, but no verdict rests on them."""
     fig = throughput_vs_workers(summary, title)
-    for ax, (_, cells) in zip(fig.axes, summary.groupby("strategy", sort=True), strict=False):
+    models = list(dict.fromkeys(summary["model"]))
+    for ax, cells in zip(fig.axes, [summary[summary["model"] == m] for m in models],
+                         strict=False):
         bad = cells[cells[flag]]
         if len(bad):
             ax.scatter([sorted(cells["workers"].unique()).index(w) for w in bad["workers"]],
@@ -337,7 +409,8 @@ def convergence_curves(part: pd.DataFrame, time_label: str, title: str = "") -> 
                                  ("wall_s", "test_accuracy")], strict=True):
         sns.lineplot(data=part, x=x, y=y, hue="strategy", style="strategy", markers=True,
                      estimator="median", errorbar=("ci", 95), ax=ax,
-                     err_kws={"alpha": 0.15}, legend=ax is axes[0])
+                     err_kws={"alpha": 0.15}, legend=ax is axes[0],
+                     palette=style.palette(part["strategy"]))
         ax.set_xlabel(time_label if x == "wall_s" else "epoch")
     fig.suptitle(title, y=1.03)
     fig.subplots_adjust(wspace=0.3)
@@ -348,7 +421,8 @@ def staleness_shares(shares: pd.DataFrame, title: str = "") -> Figure:
     """Share of async PS updates at each staleness, one bar colour per worker count."""
     fig, ax = plt.subplots(figsize=(7, 3.4))
     sns.barplot(data=shares, x="staleness", y="share", hue="workers", ax=ax)
-    ax.set_ylabel("share of updates")
+    ax.set_xlabel("staleness (updates behind)")
+    ax.set_ylabel("share of updates (fraction)")
     ax.set_title(title)
     return fig
 
@@ -360,7 +434,8 @@ def bracketing_accuracy(per_alg: pd.DataFrame, title: str = "") -> Figure:
                 yerr=[per_alg["test_accuracy"] - per_alg["test_accuracy_ci_low"],
                       per_alg["test_accuracy_ci_high"] - per_alg["test_accuracy"]],
                 fmt="o", capsize=4)
-    ax.set_ylabel("final test accuracy")
+    ax.set_xlabel("all-reduce algorithm")
+    ax.set_ylabel("final test accuracy (fraction)")
     ax.set_title(title, fontsize=9)
     return fig
 
@@ -375,9 +450,10 @@ def frameworks_scaling(summary: pd.DataFrame, scaled: pd.DataFrame, titles: dict
     for (ax_ips, ax_eff), profile in zip(axes, profiles, strict=True):
         part = summary[summary["profile"] == profile]
         sns.lineplot(data=part, x="workers", y="images_per_sec_cluster", hue="strategy",
-                     marker="o", ax=ax_ips, **MEDIAN_CI)
-        sns.lineplot(data=scaled[scaled["profile"] == profile], x="workers", y="efficiency",
-                     hue="strategy", marker="o", ax=ax_eff, legend=False)
+                     marker="o", ax=ax_ips, palette=style.palette(part["strategy"]), **MEDIAN_CI)
+        eff = scaled[scaled["profile"] == profile]
+        sns.lineplot(data=eff, x="workers", y="efficiency", hue="strategy", marker="o",
+                     ax=ax_eff, legend=False, palette=style.palette(eff["strategy"]))
         ax_eff.axhline(1.0, color="k", ls=":", lw=1)
         ax_eff.set_ylim(0, 1.2)
         ax_eff.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
@@ -395,8 +471,8 @@ def bytes_per_node(at_top: pd.DataFrame, title: str = "") -> Figure:
     """Bytes each worker sent per step, per strategy and profile (median and interval)."""
     fig, ax = plt.subplots(figsize=(9, 3.4))
     sns.barplot(data=at_top, x="strategy", y="bytes_sent_per_step", hue="profile", ax=ax,
-                **MEDIAN_CI)
-    ax.set_ylabel("bytes sent per worker per step")
+                palette=style.palette(at_top["profile"]), **MEDIAN_CI)
+    ax.set_ylabel("sent per worker per step (bytes)")
     ax.set_title(title, fontsize=8)
     return fig
 
@@ -406,13 +482,14 @@ def efficiency_by_profile(summary: pd.DataFrame, title: str = "") -> Figure:
     """Scaling efficiency and cluster-equivalent images/sec against workers, one line per
     link profile; cells marked `cpu_bound` drawn as red crosses (no verdict on them)."""
     fig, (ax_eff, ax_ips) = plt.subplots(1, 2, figsize=(11, 3.8))
-    sns.lineplot(data=summary, x="workers", y="efficiency", hue="profile", marker="o", ax=ax_eff)
+    sns.lineplot(data=summary, x="workers", y="efficiency", hue="profile", marker="o", ax=ax_eff,
+                 palette=style.palette(summary["profile"]))
     ax_eff.axhline(1.0, color="k", ls=":", lw=1)
     ax_eff.set_ylim(0, 1.1)
     ax_eff.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax_eff.set_ylabel("scaling efficiency")
     sns.lineplot(data=summary, x="workers", y="images_per_sec_cluster", hue="profile",
-                 marker="o", ax=ax_ips)
+                 marker="o", ax=ax_ips, palette=style.palette(summary["profile"]))
     ax_ips.set_ylabel("cluster-equivalent images / sec")
     bad = summary[summary["cpu_bound"]]  # asked more than this host moves: marked, no verdict
     if len(bad):
@@ -431,10 +508,12 @@ def collectives_on_links(table: pd.DataFrame, title: str = "") -> Figure:
     (lines) against bytes per rank, one colour per (algorithm, ranks)."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for (alg, p), part in table.groupby(["algorithm", "ranks"]):
-        line, = ax.plot(part["size_bytes"], part["predicted_s"], lw=1)
+        line, = ax.plot(part["size_bytes"], part["predicted_s"], lw=1,
+                        color=style.colour(alg), ls=["-", "--", ":", "-."][int(p) % 4])
         ax.scatter(part["size_bytes"], part["measured_s"], color=line.get_color(), s=18,
                    label=f"{alg}, {p} ranks")
-    ax.set(xscale="log", yscale="log", xlabel="bytes per rank", ylabel="seconds (emulated)")
+    ax.set(xscale="log", yscale="log", xlabel="message size (bytes per rank)",
+           ylabel="all-reduce time (s, emulated)")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(title, fontsize=9)
     return fig

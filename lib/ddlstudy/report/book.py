@@ -13,23 +13,27 @@ MathJax from a CDN), so the book works opened from disk with no network.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import nbformat
+import numpy as np
 import pandas as pd
 
 from ddlstudy.chapters.registry import CHAPTERS
 from ddlstudy.chapters.summaries import summarize
+from ddlstudy.report import claims_view
 
 REPO = Path(__file__).resolve().parents[3]
+DASH = "\u2014"
 SOURCE = ".book"  # staging folder inside the run folder: cleaned copies, landing page, conf.py
 
 # (caption, chapter the figure belongs to, figure files to try in order) for the landing page:
@@ -40,6 +44,9 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 _TQDM = re.compile(r"\d+%\|.*\||\d+/\d+ \[\d|it/s\]|s/it\]")
 _WARNING = re.compile(r"^\s*\S*(Warning|warn)\b.*:|^\s*warnings\.warn\(")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_POSIX = re.compile(r"(?:Posix|Windows|Pure\w*)?Path\((['\"])(.*?)\1\)")
+STDOUT_MAX_LINES = 20  # a longer printed output goes to a log file linked from the page
+STDOUT_HEAD = 12       # ... and its first lines stay on the page
 _ABS_PATH = re.compile(r"(?<![\w.])/(?:tmp|home|root|work|var|opt|usr|srv|mnt)"
                        r"(?:/[^\s'\"<>()\]]*)?")
 
@@ -64,6 +71,8 @@ def scrub_paths(text: str, run_dir: Path) -> str:
     run = run_dir.resolve()
     label = os.path.relpath(run, REPO) if run.is_relative_to(REPO) else f"<run folder {run.name}>"
     text = text.replace(str(run), label).replace(str(REPO) + "/", "").replace(str(REPO), ".")
+    text = _POSIX.sub(lambda m: m.group(2), text)
+    text = re.sub(r"(?:Posix|Windows)?Path\(&#x27;(.*?)&#x27;\)", r"\1", text)
     return _ABS_PATH.sub(lambda m: ".../" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
 
 
@@ -99,12 +108,215 @@ def _clean_output(out: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class PageContext:
+    """Where cleaning a chapter page writes what it moves off the page: figures (numbered,
+    captioned, with their data) and long printed output (log files), under the book's
+    `_static/` so that Sphinx copies them beside the pages."""
+
+    src: Path
+    page: str
+    chapter: str
+    folder: Path
+    figures: int = 0
+    logs: int = 0
+    saved: list[Path] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.saved = sorted(self.folder.glob("*.png"), key=lambda p: p.stat().st_mtime) \
+            if self.folder.is_dir() else []
+
+    @property
+    def number(self) -> str:
+        head = self.chapter[:2]
+        return str(int(head)) if head.isdigit() else head
+
+
+_FLOAT_CELL = re.compile(r"(<td[^>]*>)\s*(-?\d+\.\d{4,}(?:e[-+]?\d+)?|-?\d+(?:\.\d+)?e[-+]?\d+)"
+                         r"\s*(</td>)")
+_NAN_CELL = re.compile(r"(<td[^>]*>)\s*(?:NaN|nan|None|&lt;NA&gt;|<NA>|NaT)\s*(</td>)")
+UNITS = (("_per_sec", "/s"), ("_per_s", "/s"), ("_bytes", "bytes"), ("_gbps", "GB/s"),
+         ("_mbps", "MB/s"), ("_pct", "%"), ("_us", "\u00b5s"), ("_ms", "ms"), ("_s", "s"),
+         ("_mb", "MiB"), ("_gb", "GB"))
+
+
+def unit_of(column: str) -> str:
+    """The unit a column's name ends with ('time_p50_s' -> 's'), or ''."""
+    for suffix, unit in UNITS:
+        if column.endswith(suffix):
+            return unit
+    return ""
+
+
+def format_number(value: float) -> str:
+    """One rounding for every table: 4 significant digits, thousands grouped above 10^4."""
+    if not np.isfinite(value):
+        return DASH
+    if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-4):
+        return f"{value:.3e}"
+    if abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def format_table_html(text: str) -> str:
+    """A pandas HTML table through the one formatter: long floats rounded, NaN as a dash with a
+    title saying why, units appended to headers whose column names carry them."""
+    if "<table" not in text:
+        return text
+    text = _FLOAT_CELL.sub(lambda m: m.group(1) + format_number(float(m.group(2))) + m.group(3),
+                           text)
+    text = _NAN_CELL.sub(lambda m: m.group(1)[:-1] + ' title="no value: not measured or not '
+                         f'applicable">{DASH}' + m.group(2), text)
+
+    text = _drop_range_index(text)
+
+    def header(m: re.Match[str]) -> str:
+        name = m.group(2)
+        unit = unit_of(name)
+        return m.group(1) + name + (f" ({unit})" if unit and "(" not in name else "") + m.group(3)
+    return re.sub(r"(<th[^>]*>)([A-Za-z][\w]*)(</th>)", header, text)
+
+
+def _drop_range_index(text: str) -> str:
+    """A table's default 0..n-1 row index is not data: dropped (a named index stays)."""
+    body = re.search(r"<tbody>(.*?)</tbody>", text, re.S)
+    if not body:
+        return text
+    heads = re.findall(r"<tr[^>]*>\s*<th[^>]*>([^<]*)</th>", body.group(1))
+    rows = body.group(1).count("<tr")
+    if not rows or heads != [str(i) for i in range(rows)]:
+        return text
+    new_body = re.sub(r"(<tr[^>]*>)\s*<th[^>]*>\d+</th>", r"\1", body.group(1))
+    head = text[:body.start()]
+    head = re.sub(r"(<tr[^>]*>)\s*<th[^>]*>\s*</th>", r"\1", head)
+    return head + "<tbody>" + new_body + "</tbody>" + text[body.end():]
+
+
+def _long_stdout(out: dict[str, Any], ctx: PageContext | None) -> dict[str, Any]:
+    """A printed output over STDOUT_MAX_LINES lines: its head on the page, the whole in a log
+    file linked from it (no context: the whole folded under a <details>)."""
+    lines = str(out["text"]).rstrip("\n").split("\n")
+    if len(lines) <= STDOUT_MAX_LINES:
+        return out
+    head = html.escape("\n".join(lines[:STDOUT_HEAD]))
+    if ctx is None:
+        body = (f'<details class="long-output"><summary>printed output: {len(lines)} lines'
+                f"</summary><pre>{html.escape(chr(10).join(lines))}</pre></details>")
+    else:
+        ctx.logs += 1
+        name = f"{ctx.page}-output-{ctx.logs}.txt"
+        (ctx.src / "_static" / "logs").mkdir(parents=True, exist_ok=True)
+        (ctx.src / "_static" / "logs" / name).write_text("\n".join(lines) + "\n")
+        body = (f'<pre class="stdout-head">{head}</pre><p class="log-link">... '
+                f"{len(lines) - STDOUT_HEAD} more lines: "
+                f'<a href="_static/logs/{name}">full output ({len(lines)} lines, {name})</a></p>')
+    return nbformat.v4.new_output("display_data", data={"text/html": body})
+
+
+def _caption(ctx: PageContext, png: bytes) -> tuple[str, str]:
+    """(caption, data link) for the next displayed figure: the saved figure of the same shape
+    (plots.save writes <name>.json with the title and <name>.csv with the data)."""
+    import json
+
+    shape = _png_ratio(png)
+    for i, path in enumerate(ctx.saved):
+        ratio = _png_ratio(path.read_bytes())
+        if shape and ratio and abs(ratio / shape - 1) < 0.06:
+            del ctx.saved[i]
+            meta = path.with_suffix(".json")
+            info = json.loads(meta.read_text()) if meta.exists() else {}
+            title = info.get("caption") or path.stem.replace("_", " ").replace("-", " ")
+            kind = info.get("kind", "")
+            csv = path.with_suffix(".csv")
+            link = ""
+            if csv.exists():
+                (ctx.src / "_static" / "data").mkdir(parents=True, exist_ok=True)
+                local = f"{ctx.page}-{csv.name}"
+                shutil.copy2(csv, ctx.src / "_static" / "data" / local)
+                link = f'_static/data/{local}'
+            return _label(title, kind, ctx), link
+    return _label("", "", ctx), ""
+
+
+def _label(title: str, kind: str, ctx: PageContext) -> str:
+    """The caption with what the figure shows: emulated / replayed / projected / one host."""
+    text = f"{title} " if title else ""
+    words = [w for w in ("emulated", "replayed", "projected", "reference run", "one host")
+             if w in (title + " " + kind + " " + ctx.page).lower()]
+    if not words:
+        try:
+            words = [CHAPTERS[ctx.chapter].kind]
+        except KeyError:
+            words = []
+    return text + (f"[{', '.join(dict.fromkeys(words))}]" if words else "")
+
+
+def _png_ratio(data: bytes) -> float | None:
+    """Width / height from a PNG's header."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 24:
+        return None
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    return w / h if h else None
+
+
+def _figure(out: dict[str, Any], ctx: PageContext) -> dict[str, Any]:
+    """An image output as a numbered, captioned, clickable figure whose alt text is the
+    caption, with a link to the data it draws."""
+    import base64
+
+    raw = out["data"]["image/png"]
+    png = base64.b64decode("".join(raw) if isinstance(raw, list) else raw)
+    ctx.figures += 1
+    caption, data = _caption(ctx, png)
+    number = f"Figure {ctx.number}.{ctx.figures}"
+    full = f"{number}: {caption}" if caption else number
+    # beside Sphinx's own images: `_extra/_images/` is copied to the output's `_images/`
+    (ctx.src / "_extra" / "_images").mkdir(parents=True, exist_ok=True)
+    name = f"{ctx.page}-fig{ctx.figures}.png"
+    (ctx.src / "_extra" / "_images" / name).write_bytes(png)
+    link = f' <a href="{data}">data (csv)</a>' if data else ""
+    body = (f'<figure class="nbfig" id="fig-{ctx.number}-{ctx.figures}">'
+            f'<a href="_images/{name}"><img src="_images/{name}" '
+            f'alt="{html.escape(full)}"></a><figcaption><b>{number}</b>: '
+            f"{html.escape(caption)}{link}</figcaption></figure>")
+    return nbformat.v4.new_output("display_data", data={"text/html": body})
+
+
+def _present(out: dict[str, Any], ctx: PageContext | None) -> dict[str, Any]:
+    """An output as a reader sees it: tables formatted, long stdout moved, figures numbered."""
+    if out.get("output_type") == "stream":
+        return _long_stdout(out, ctx)
+    data = out.get("data", {})
+    if ctx is not None and "image/png" in data:
+        return _figure(out, ctx)
+    if isinstance(data.get("text/html"), str):
+        data["text/html"] = format_table_html(data["text/html"])
+    return out
+
+
+def _coalesce(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent stdout outputs of one cell as one (a loop's prints are one box, not many)."""
+    out: list[dict[str, Any]] = []
+    for o in outputs:
+        if (o.get("output_type") == "stream" and out and out[-1].get("output_type") == "stream"
+                and out[-1].get("name") == o.get("name")):
+            prev = str(out[-1]["text"])
+            out[-1]["text"] = prev + ("" if prev.endswith("\n") else "\n") + str(o["text"])
+        else:
+            out.append(o)
+    return out
+
+
 def _tags(cell: Any) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def clean_notebook(nb: Any, run_dir: Path, summary: str, title_suffix: str = "") -> Any:
-    """The copy the book renders: code folded, noise gone, paths relative, summary on top."""
+def clean_notebook(nb: Any, run_dir: Path, summary: str, title_suffix: str = "",
+                   ctx: PageContext | None = None) -> Any:
+    """The copy the book renders: code folded, noise gone, paths relative, summary on top;
+    tables through one formatter, long printed output moved to a log file, figures numbered and
+    captioned (with `ctx`, the page's place in the book)."""
     nb.metadata.pop("widgets", None)
     # JupyterLab-only cells (sliders): on a static page they would move nothing
     nb.cells = [c for c in nb.cells if "interactive" not in _tags(c)]
@@ -116,7 +328,9 @@ def clean_notebook(nb: Any, run_dir: Path, summary: str, title_suffix: str = "")
         extra = "remove-cell" if "parameters" in tags else "hide-input"
         cell.metadata["tags"] = [*tags, extra]
         kept = [_clean_output(o, run_dir) for o in cell.get("outputs", []) if _keep_output(o)]
-        cell.outputs = [o for o in kept if o.get("output_type") != "stream" or o["text"].strip()]
+        kept = _coalesce([o for o in kept
+                          if o.get("output_type") != "stream" or o["text"].strip()])
+        cell.outputs = [_present(o, ctx) for o in kept]
     # papermill's "An Exception was encountered at In [n]" banner goes under the summary
     banner = [c for c in nb.cells if "papermill-error-cell-tag" in _tags(c)
               and "An Exception was encountered" in c.source]
@@ -130,6 +344,31 @@ def clean_notebook(nb: Any, run_dir: Path, summary: str, title_suffix: str = "")
             nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(rest.strip()))
     box = f"```{{admonition}} What this run found\n:class: tip\n\n{summary}\n```\n"
     nb.cells[first_md + 1:first_md + 1] = [nbformat.v4.new_markdown_cell(box), *banner]
+    return nb
+
+
+def claims_page(nb: Any, claims: pd.DataFrame) -> Any:
+    """Chapter 99's raw claims table replaced by the reviewer's view (claims_view): the rules
+    once, claims.csv linked, per paper a compact table with the quote and reasoning folded."""
+    intro = nbformat.v4.new_markdown_cell(
+        "## The claims, paper by paper\n\n" + claims_view.rules() + "\n\nThe whole table as "
+        f'data: <a href="{CLAIMS_CSV}">claims.csv</a> (one row per claim and testbed).')
+    view = nbformat.v4.new_output("display_data",
+                                  data={"text/html": claims_view.claims_html(claims)})
+
+    def raw_table(cell: Any) -> bool:
+        return any("claim_id" in str(o.get("data", {}).get("text/html", ""))
+                   and "verdict" in str(o.get("data", {}).get("text/html", ""))
+                   for o in cell.get("outputs", []))
+    at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code" and raw_table(c)),
+              None)
+    if at is None:
+        cell = nbformat.v4.new_code_cell("# the claims (ddlstudy.report.claims_view)")
+        cell.metadata["tags"] = ["hide-input"]
+        nb.cells.append(cell)
+        at = len(nb.cells) - 1
+    nb.cells[at].outputs = [view]
+    nb.cells.insert(at, intro)
     return nb
 
 
@@ -161,16 +400,40 @@ def _claims_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _claims(run_dir: Path, src: Path) -> str:
-    """Chapter 99's claims table as a csv-table."""
+CLAIMS_CSV = "_static/data/claims.csv"
+
+
+def read_claims(run_dir: Path) -> pd.DataFrame | None:
+    """Chapter 99's claims.csv of the run, or None when chapter 99 wrote none."""
     path = run_dir / "99_conclusions" / "claims.csv"
-    if not path.exists():
+    return pd.read_csv(path) if path.exists() else None
+
+
+def _claims(run_dir: Path, src: Path) -> str:
+    """The landing page's claims summary: one paragraph of counts, the verdicts-by-paper figure,
+    per paper one compact row of counts (full table: chapter 99), claims.csv linked."""
+    df = read_claims(run_dir)
+    if df is None:
         return "No claims table in this run: chapter `99_conclusions` did not write one.\n"
-    df = _claims_table(pd.read_csv(path, dtype=str).fillna(""))
-    df.to_csv(src / "claims.csv", index=False)
-    return ("```{csv-table}\n:file: claims.csv\n:header-rows: 1\n:name: claims\n"
-            ":class: claims\n```\n\nEach claim is measured, explained and given its interval "
-            "in {doc}`99_conclusions`.\n")
+    if not {"paper", "claim_id", "verdict"} <= set(df.columns):  # an older table, as it is
+        _claims_table(df.astype(str)).to_csv(src / "claims.csv", index=False)
+        return ("```{csv-table}\n:file: claims.csv\n:header-rows: 1\n:name: claims\n"
+                ":class: claims\n```\n")
+    fig = claims_view.verdict_figure(df, src / "_static" / "figures" / "verdicts_by_paper.png")
+    rows = "".join(
+        f'<tr><td><a href="99_conclusions.html#paper-{claims_view._slug(p)}">{html.escape(p)}'
+        f'</a></td><td class="paper-counts" data-paper="{html.escape(p)}">'
+        f"({claims_view._count_words(df[df['paper'] == p])})</td></tr>"
+        for p in dict.fromkeys(df["paper"].astype(str)))
+    alt = "Verdicts by paper: claim rows per verdict, stacked, from claims.csv"
+    return (f"{claims_view.summary_text(df)}\n\n"
+            f'<div class="claims-summary"><a href="_static/figures/{fig.name}">'
+            f'<img src="_static/figures/{fig.name}" alt="{alt}"></a>'
+            f'<table class="claims claims-counts"><thead><tr><th>paper</th><th>verdicts (claim '
+            f"rows)</th></tr></thead><tbody>{rows}</tbody></table></div>\n\n"
+            f"Every claim with the paper's number, ours with its interval and runs, the testbed, "
+            f"the source and the reasoning: {{doc}}`99_conclusions`; the table as data: "
+            f'<a href="{CLAIMS_CSV}">claims.csv</a>.\n')
 
 
 def _figure_for(run_dir: Path, pages: list[Page], chapter: str,
@@ -185,9 +448,72 @@ def _figure_for(run_dir: Path, pages: list[Page], chapter: str,
     return None
 
 
+LEAD_MODELS = ("resnet50", "vgg16", "resnet152", "alexnet", "vgg19")
+
+
+def _lead(run_dir: Path, pages: list[Page], src: Path) -> str:
+    """The emulated PS-vs-ring figure, full width and clickable: this run's chapter 03 emulated
+    section, else drawn from the committed reference run's records (labelled so)."""
+    from ddlstudy.analysis import plots
+
+    emulated = sorted((p for p in pages if p.name.startswith("03_ps_vs_ring-emulated-")
+                       and (run_dir / p.name / "summary.csv").exists()),
+                      key=lambda p: next((i for i, m in enumerate(LEAD_MODELS)
+                                          if p.name.endswith(m)), 99))
+    frames, where = [], ""
+    for page in emulated:
+        frames.append(pd.read_csv(run_dir / page.name / "summary.csv"))
+    if frames:
+        where = f"this run, {{doc}}`{emulated[0].name}`"
+        label = "emulated links, compute replayed; this run"
+    else:
+        from ddlstudy.records import reference
+
+        for folder in sorted(reference.reference_dir().glob("03_ps_vs_ring-emulated-*")):
+            if (folder / "summary.csv").exists():
+                frames.append(pd.read_csv(folder / "summary.csv"))
+        if not frames:
+            return ""
+        meta = reference.reference_dir() / "meta.json"
+        sha = records_sha(meta)
+        where = (f"the committed reference run (`results/reference`, git {sha}): this run "
+                 "did not run chapter 03's emulated section")
+        label = f"emulated links, compute replayed; reference run, git {sha}"
+    data = pd.concat(frames, ignore_index=True)
+    fig = plots.ps_vs_ring(data, "Parameter Server vs ring all-reduce: cluster-equivalent "
+                                 "images/sec vs workers (emulated)")
+    path = src / "_static" / "figures" / "lead_ps_vs_ring.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    cols = [c for c in ("model", "strategy", "workers", "network", "repeat", "images_per_sec",
+                        "images_per_sec_cluster", "time_dilation") if c in data]
+    data[cols].to_csv(src / "_static" / "data" / "lead_ps_vs_ring.csv", index=False)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    caption = (f"Figure 1: Parameter Server (PS) vs ring all-reduce, images/sec of the emulated "
+               f"cluster vs workers from 2 workers (a 1-worker ring sends nothing), one panel "
+               f"per model, median of runs and its 95 % interval - {label}")
+    return (f'<figure class="lead"><a href="_static/figures/{path.name}">'
+            f'<img src="_static/figures/{path.name}" alt="{html.escape(caption)}"></a>'
+            f"<figcaption><b>Figure 1</b>: {html.escape(caption.split(': ', 1)[1])}. "
+            f'<a href="_static/data/lead_ps_vs_ring.csv">data (csv)</a></figcaption></figure>'
+            f"\n\nFrom {where}.\n")
+
+
+def records_sha(meta: Path) -> str:
+    """A run folder's git sha, short, '+dirty' kept (a dirty tree is flagged, not hidden)."""
+    import json
+
+    if not meta.exists():
+        return "unknown"
+    sha = str(json.loads(meta.read_text()).get("git_sha", "unknown"))
+    return sha[:7] + ("+dirty" if sha.endswith("+dirty") else "")
+
+
 def _headlines(run_dir: Path, pages: list[Page], src: Path) -> str:
-    """The headline figures this run drew, copied beside the page, side by side in one row (the
-    first screen holds them and the claims table), each captioned with a link to its chapter."""
+    """The chapters' headline figures this run drew, as a row of clickable thumbnails, each
+    captioned with a link to its chapter (the lead figure is drawn above)."""
     cells, seen = [], set()
     for caption, chapter, patterns in HEADLINES:
         hit = _figure_for(run_dir, pages, chapter, patterns)
@@ -196,33 +522,38 @@ def _headlines(run_dir: Path, pages: list[Page], src: Path) -> str:
             continue
         page, fig = hit
         seen.add(topic)
-        local = Path("figures") / f"{page.name}-{fig.name}"
-        (src / "figures").mkdir(exist_ok=True)
-        shutil.copy2(fig, src / local)
-        cells.append(f"![{caption}]({local.as_posix()})\n\n    {caption}: {{doc}}`{page.name}`")
+        name = f"{page.name}-{fig.name}"
+        (src / "_static" / "figures").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(fig, src / "_static" / "figures" / name)
+        kind = CHAPTERS[chapter].kind if chapter in CHAPTERS else ""
+        text = f"{caption} [{kind}]" if kind else caption
+        cells.append(f'<td><a href="_static/figures/{name}"><img src="_static/figures/{name}" '
+                     f'alt="{html.escape(text)}"></a><br>{html.escape(text)}: '
+                     f'<a href="{page.name}.html">{html.escape(page.name)}</a></td>')
     if not cells:
         return "No chapter drew a headline figure in this run.\n"
-    row = "* - " + "\n  - ".join(cells)
-    return ("```{list-table}\n:class: headlines\n\n" + row + "\n```\n")
+    return f'<table class="headlines"><tr>{"".join(cells)}</tr></table>\n'
 
 
 def _metadata(meta: dict[str, Any], params_yaml: str) -> str:
-    """Run metadata: git sha, when, host, versions, the merged parameters."""
+    """Run metadata: git sha, when, host, versions; the merged parameters folded."""
     host = meta.get("host", {})
     versions = ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items())
     return "\n".join([
         "## Run", "",
-        f"- git sha: `{meta.get('git_sha', 'unknown')}`",
-        f"- created: {meta.get('created', '')}",
-        f"- host: {host.get('hostname', '')}, {host.get('cpu_count', '')} cores, "
-        f"{host.get('memory_gb', '')} GB memory, GPUs: {host.get('cuda_devices', [])}",
-        f"- versions: {versions}", "",
-        "## Parameters", "", "```yaml", params_yaml.rstrip(), "```", ""])
+        f"git `{meta.get('git_sha', 'unknown')}`, {meta.get('created', '')}; host "
+        f"{host.get('hostname', '')}, {host.get('cpu_count', '')} cores, "
+        f"{host.get('memory_gb', '')} GB memory, GPUs: {host.get('cuda_devices', [])}; "
+        f"{versions}.", "",
+        '<details class="params"><summary>Parameters of this run (merged YAML)</summary>',
+        f"<pre>{html.escape(params_yaml.rstrip())}</pre></details>", ""])
 
 
 def landing_page(run_dir: Path, pages: list[Page], meta: dict[str, Any], run_id: str,
                  params_yaml: str, src: Path) -> str:
-    """Findings first: claims, headline figures, chapters with status, then the run."""
+    """Findings first: the emulated PS-vs-ring figure, the claims summary, headline figures,
+    chapters with status, then the run."""
+    (src / "_static" / "data").mkdir(parents=True, exist_ok=True)
     chapters = "\n".join(
         f"- {{doc}}`{p.name}` ({scrub_paths(p.status, run_dir)})"
         if (src / f"{p.name}.ipynb").exists()
@@ -231,9 +562,9 @@ def landing_page(run_dir: Path, pages: list[Page], meta: dict[str, Any], run_id:
     docs = "\n".join(f"docs/{d.stem}" for d in _docs(src))
     return "\n".join([
         f"# Parameter Server vs all-reduce: run `{run_id}`", "",
-        "## Findings", "", summarize("99_conclusions", run_dir / "99_conclusions"), "",
-        _headlines(run_dir, pages, src), "", "### The papers' claims against this run", "",
-        _claims(run_dir, src),
+        _lead(run_dir, pages, src), "",
+        "## The papers' claims against this run", "", _claims(run_dir, src), "",
+        "## Headline figures", "", _headlines(run_dir, pages, src), "",
         "## Chapters", "", chapters, "", _metadata(meta, scrub_paths(params_yaml, run_dir)),
         "```{toctree}\n:hidden:\n:caption: Chapters\n:maxdepth: 1\n\n" + toc + "\n```", "",
         ("```{toctree}\n:hidden:\n:caption: Reference\n:maxdepth: 1\n\n" + docs + "\n```\n")
@@ -263,8 +594,10 @@ html_theme = "sphinx_book_theme"
 html_title = {project!r}
 html_context = {{"default_mode": "light"}}  # else the theme logs a console error on first open
 html_theme_options = {{"show_toc_level": 2, "use_download_button": False,
-                      "use_fullscreen_button": False, "home_page_in_toc": True}}
+                      "use_fullscreen_button": False, "home_page_in_toc": True,
+                      "secondary_sidebar_items": []}}
 html_static_path = ["_static"]
+html_extra_path = ["_extra"]        # the chapters' figures, numbered (book._figure)
 html_css_files = ["book.css"]
 html_copy_source = False
 html_show_sourcelink = False
@@ -273,12 +606,37 @@ suppress_warnings = ["myst.header", "misc.highlighting_failure", "myst.xref_miss
 """
 
 
-# The headline figures share one row; the claims table in a smaller font.
+# Lead figure full width; thumbnails in one row; claims tables compact with verdict badges.
 CSS = """\
-table.headlines td { width: 25%; vertical-align: top; font-size: 0.85em; }
-table.headlines img { width: 100%; }
+.bd-main .bd-content .bd-article-container { max-width: 72em; }
+figure.lead img { width: 100%; max-height: 75vh; object-fit: contain; }
+figure.lead figcaption, figure.nbfig figcaption { font-size: 0.85em; }
+figure.nbfig img { max-width: 100%; }
+table.headlines td { width: 25%; vertical-align: top; font-size: 0.8em; }
+table.headlines img { width: 100%; max-height: 180px; object-fit: contain; }
+div.claims-summary { display: flex; gap: 1em; align-items: flex-start; flex-wrap: wrap; }
+div.claims-summary img { width: 55%; min-width: 320px; }
 table.claims { font-size: 0.8em; }
-table.claims td { min-width: 5em; }
+table.claims-view { font-size: 0.8em; width: 100%; border-collapse: collapse; }
+table.claims-view th, table.claims-view td { padding: 2px 6px; vertical-align: top; }
+table.claims-view tr.claim-row { border-top: 1px solid #ccc; }
+table.claims-view tr.claim-details td { padding-top: 0; font-size: 0.95em; }
+table.claims-view details summary { color: #666; cursor: pointer; }
+span.claim-label { color: #666; font-size: 0.9em; }
+span.verdict { padding: 1px 6px; border-radius: 8px; white-space: nowrap; color: #000; }
+span.verdict-agrees { background: #9be3c8; }
+span.verdict-differs { background: #f4b183; }
+span.verdict-inconclusive { background: #fbe19b; }
+span.verdict-not-measured { background: #e0e0e0; }
+span.verdict-set-by-configuration { background: #bfe3f7; }
+pre.stdout-head { font-size: 0.8em; }
+details.params pre { max-height: 30em; overflow: auto; font-size: 0.8em; }
+@media print {
+  details { display: block; }
+  .bd-sidebar-primary, .bd-sidebar-secondary, .bd-header, .bd-footer, .prev-next-area,
+  .header-article, .bd-header-article { display: none !important; }
+  .bd-main .bd-content .bd-article-container { max-width: 100% !important; }
+}
 """
 
 
@@ -319,18 +677,29 @@ def build_book(run_dir: Path, pages: list[Page], meta: dict[str, Any], run_id: s
     src = run_dir / SOURCE
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
+    (src / "_static" / "data").mkdir(parents=True)
+    claims = read_claims(run_dir)
+    if claims is not None:
+        shutil.copy2(run_dir / "99_conclusions" / "claims.csv", src / CLAIMS_CSV)
     for page in pages:
         executed = run_dir / f"{page.name}.ipynb"
         if not executed.exists():
             continue
         nb = nbformat.read(executed, as_version=4)
         suffix = page.name[len(page.chapter) + 1:] if page.name != page.chapter else ""
-        text = summarize(page.chapter, run_dir / page.name)
-        nbformat.write(clean_notebook(nb, run_dir, text, suffix), src / f"{page.name}.ipynb")
+        has_claims = (page.chapter == "99_conclusions" and claims is not None
+                      and "claim_id" in claims)
+        text = (claims_view.summary_text(claims) if has_claims
+                else summarize(page.chapter, run_dir / page.name))
+        ctx = PageContext(src, page.name, page.chapter, run_dir / page.name)
+        nb = clean_notebook(nb, run_dir, text, suffix, ctx)
+        if has_claims:
+            nb = claims_page(nb, claims)
+        nbformat.write(nb, src / f"{page.name}.ipynb")
     (src / "index.md").write_text(landing_page(run_dir, pages, meta, run_id, params_yaml, src))
     (src / "conf.py").write_text(CONF.format(project=f"ddlstudy: {run_id}"))
-    (src / "_static").mkdir()
     (src / "_static" / "book.css").write_text(CSS)
+    (src / "_extra").mkdir(exist_ok=True)
     out = run_dir / "report"
     sphinx_build(src, out)
     return out / "index.html", time.perf_counter() - start

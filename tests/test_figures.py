@@ -1,0 +1,208 @@
+"""Every figure function of analysis.plots drawn on small synthetic records: each visible panel
+has axis labels, a figure with several series has a legend, worker axes tick at whole numbers,
+the figure's title does not overlap a panel's title, strategies keep one colour everywhere
+(analysis.style), and plots.save writes the caption and the data beside the PNG."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from ddlstudy.analysis import plots, style  # noqa: E402
+
+RNG = np.random.default_rng(0)
+STRATEGIES = ["ps_sync", "allreduce"]
+
+
+def _summary() -> pd.DataFrame:
+    rows = []
+    for model in ("alexnet", "resnet50"):
+        for strategy in STRATEGIES:
+            for workers in (1, 2, 4):
+                for repeat in range(2):
+                    ips = 100 * workers ** (0.9 if strategy == "allreduce" else 0.4)
+                    rows.append({"model": model, "strategy": strategy, "workers": workers,
+                                 "repeat": repeat, "images_per_sec": ips * (1 + 0.01 * repeat),
+                                 "images_per_sec_cluster": ips * 50, "compute_s": 0.1,
+                                 "comm_s": 0.02 * workers, "update_s": 0.01,
+                                 "cpu_bound": workers == 4 and strategy == "ps_sync"})
+    return pd.DataFrame(rows)
+
+
+def _collectives() -> pd.DataFrame:
+    return pd.DataFrame([{"algorithm": a, "ranks": r, "size_bytes": s, "repeat": k,
+                          "time_p50_s": 1e-5 * s ** 0.8 * (2 if a == "tree" else 1),
+                          "busbw_gbps": s / 1e6, "rel_error": 0.05 * (k - 0.5)}
+                         for a in ("ring", "tree") for r in (2, 4) for s in (8, 1024, 65536)
+                         for k in range(2)])
+
+
+def _monitor() -> pd.DataFrame:
+    return pd.DataFrame([{"role": role, "rank": rank, "t": t, "workers": w, "cpu_pct": 50.0 + t,
+                          "packets_recv_per_s": 100.0 + t, "packets_sent_per_s": 90.0 + t,
+                          "bytes_recv_per_s": 1e6 * (1 + t), "iface_shared": True}
+                         for role, rank in (("server", 0), ("worker", 1)) for w in (1, 2)
+                         for t in range(5)])
+
+
+def _projection() -> tuple[pd.DataFrame, pd.DataFrame]:
+    proj = pd.DataFrame([{"strategy": s, "model": m, "workers": w,
+                          "images_per_sec": 100 * w ** (0.9 if s == "allreduce" else 0.5),
+                          "efficiency": 0.9 ** np.log2(w)}
+                         for s in STRATEGIES for m in ("alexnet", "vgg16") for w in (1, 2, 4, 6)])
+    return proj, proj[proj["workers"] <= 2]
+
+
+def _frameworks() -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows = [{"profile": p, "strategy": s, "workers": w, "repeat": k,
+             "images_per_sec_cluster": 100.0 * w, "efficiency": 0.9, "bytes_sent_per_step": 1e6}
+            for p in ("10GbE", "IB-EDR") for s in ("horovod", "tf_ps_sync") for w in (1, 2, 4)
+            for k in range(2)]
+    df = pd.DataFrame(rows)
+    return df, df
+
+
+CASES: dict[str, Callable[[], Figure]] = {
+    "collective_time_vs_size": lambda: plots.collective_time_vs_size(_collectives(), "t"),
+    "collective_busbw_vs_size": lambda: plots.collective_busbw_vs_size(_collectives(), 1.0),
+    "costmodel_residuals": lambda: plots.costmodel_residuals(_collectives()),
+    "p2p_bandwidth": lambda: plots.p2p_bandwidth(pd.DataFrame(
+        [{"peer": p, "size_bytes": s, "bandwidth_gbps": s / 1e5, "latency_us": 5 + s / 1e3}
+         for p in (1, 2) for s in (8, 1024, 1 << 20)])),
+    "throughput_vs_workers": lambda: plots.throughput_vs_workers(_summary(), "throughput"),
+    "throughput_with_excluded": lambda: plots.throughput_with_excluded(_summary(), "t"),
+    "ps_vs_ring": lambda: plots.ps_vs_ring(_summary(), "PS vs ring (emulated)"),
+    "speedup_vs_workers": lambda: plots.speedup_vs_workers(_summary(), "speed-up"),
+    "step_breakdown": lambda: plots.step_breakdown(_summary()),
+    "utilization_over_time": lambda: plots.utilization_over_time(_monitor()),
+    "packets_over_time": lambda: plots.packets_over_time(_monitor()),
+    "ps_setups_timeline": lambda: plots.ps_setups_timeline(_monitor()),
+    "drift_table_figure": lambda: plots.drift_table_figure(pd.DataFrame(
+        {"algorithm": ["ring", "tree", "reference"], "abs_error": [1e-7, 3e-6, 1e-9]})),
+    "model_vs_measured": lambda: plots.model_vs_measured(pd.DataFrame(
+        [{"measured_s": m, "predicted_s": m * 1.05, "strategy": s, "model": "resnet50",
+          "role": r} for m, s, r in ((0.1, "ps_sync", "fit"), (0.2, "allreduce", "validate"),
+                                     (0.4, "ps_sync", "validate"))])),
+    "projected_curves": lambda: plots.projected_curves(
+        *_projection(), "images_per_sec", "strategy", col="model", ylabel="images / sec",
+        title="Shi's grid, projected"),
+    "projected_curves_efficiency": lambda: plots.projected_curves(
+        _projection()[0], None, "efficiency", "strategy", logx=True, ylabel="efficiency"),
+    "recovery_cost": lambda: plots.recovery_cost(pd.DataFrame(
+        [{"strategy": s, "time_lost_s": 1.0 + k, "steps_redone": k} for s in STRATEGIES
+         for k in range(3)]), STRATEGIES, "recovery"),
+    "batch_sweep": lambda: plots.batch_sweep(pd.DataFrame(
+        [{"batch_size": b, "label": f"{w} workers", "time_per_epoch_s": 10 / b,
+          "images_per_sec": 10.0 * b, "test_accuracy": 0.9, "test_loss": 0.3}
+         for b in (8, 16, 32) for w in (1, 2)]), trained=True, title="sweep"),
+    "malik_batch": lambda: plots.malik_batch(pd.DataFrame(
+        [{"batch_size": b, "model": m, "images_per_sec_cluster": 10.0 * b}
+         for b in (8, 16, 32) for m in ("alexnet", "resnet50")]), "malik"),
+    "convergence_curves": lambda: plots.convergence_curves(pd.DataFrame(
+        [{"strategy": s, "epoch": e, "seed": k, "test_accuracy": 0.5 + 0.1 * e,
+          "train_loss": 1.0 / (e + 1), "wall_s": 10.0 * e} for s in STRATEGIES
+         for e in range(3) for k in range(2)]), "wall-clock (s)", "curves"),
+    "staleness_shares": lambda: plots.staleness_shares(pd.DataFrame(
+        [{"staleness": st, "share": 0.5, "workers": w} for st in (0, 1) for w in (2, 4)]),
+        "staleness"),
+    "bracketing_accuracy": lambda: plots.bracketing_accuracy(pd.DataFrame(
+        {"algorithm": ["ring", "tree"], "test_accuracy": [0.9, 0.91],
+         "test_accuracy_ci_low": [0.88, 0.89], "test_accuracy_ci_high": [0.92, 0.93]}), "b"),
+    "frameworks_scaling": lambda: plots.frameworks_scaling(
+        *_frameworks(), {"10GbE": "10GbE-like", "IB-EDR": "IB-EDR-like"}, "frameworks"),
+    "bytes_per_node": lambda: plots.bytes_per_node(_frameworks()[0], "bytes"),
+    "efficiency_by_profile": lambda: plots.efficiency_by_profile(pd.DataFrame(
+        [{"profile": p, "workers": w, "efficiency": 0.9, "images_per_sec_cluster": 100.0 * w,
+          "cpu_bound": False} for p in ("10GbE", "IB-EDR") for w in (1, 2, 4)]), "profiles"),
+    "collectives_on_links": lambda: plots.collectives_on_links(pd.DataFrame(
+        [{"algorithm": a, "ranks": 2, "size_bytes": s, "predicted_s": s / 1e6,
+          "measured_s": s / 9e5} for a in ("ring", "ps") for s in (1024, 65536)]), "links"),
+}
+# functions whose one series needs no legend
+NO_LEGEND = {"drift_table_figure", "bracketing_accuracy", "recovery_cost", "step_breakdown"}
+WORKER_AXES = {"throughput_vs_workers", "throughput_with_excluded", "ps_vs_ring",
+               "speedup_vs_workers", "projected_curves", "frameworks_scaling",
+               "efficiency_by_profile"}
+
+
+def _overlaps(fig: Figure) -> list[str]:
+    """Panel titles the figure's title sits on."""
+    if fig._suptitle is None or not fig._suptitle.get_text():
+        return []
+    renderer = fig.canvas.get_renderer()
+    sup = fig._suptitle.get_window_extent(renderer)
+    return [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()
+            and ax.title.get_window_extent(renderer).overlaps(sup)]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_figure_has_labels_and_legend(name: str) -> None:
+    fig = CASES[name]()
+    try:
+        fig.canvas.draw()
+        panels = [ax for ax in fig.axes if ax.get_visible() and ax.has_data()
+                  and ax.get_label() != "<colorbar>"]
+        assert panels, f"{name}: nothing drawn"
+        assert all(ax.get_xlabel() for ax in panels), f"{name}: a panel has no x label"
+        assert any(ax.get_ylabel() for ax in panels), f"{name}: no y label"
+        if name not in NO_LEGEND:
+            assert fig.legends or any(ax.get_legend() for ax in fig.axes), f"{name}: no legend"
+        assert not _overlaps(fig), f"{name}: the title overlaps {_overlaps(fig)}"
+        if name in WORKER_AXES:
+            for ax in panels:
+                if ax.get_xscale() == "linear":
+                    ticks = [t for t in ax.get_xticks()
+                             if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+                    assert all(float(t).is_integer() for t in ticks), \
+                        f"{name}: worker ticks {ticks}"
+    finally:
+        plt.close(fig)
+
+
+def test_strategy_colours_are_fixed() -> None:
+    """PS and ring keep their colour whichever other series share the figure."""
+    fig = plots.ps_vs_ring(_summary())
+    try:
+        colours = {line.get_label(): to_hex(line.get_color()) for ax in fig.axes
+                   for line in ax.get_lines() if not line.get_label().startswith("_")}
+        legend = fig.axes[0].get_legend()
+        shown = {t.get_text(): to_hex(h.get_color())
+                 for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)}
+    finally:
+        plt.close(fig)
+    assert shown["ps_sync (Parameter Server)"] == style.colour("ps_sync").lower()
+    assert shown["allreduce (ring)"] == style.colour("allreduce").lower()
+    assert colours or shown
+    assert style.colour("ring") == style.colour("allreduce")  # ring all-reduce: one colour
+    assert style.colour("some new name") == style.colour("some new name")
+
+
+def test_log_axes_only_over_decades() -> None:
+    assert style.spans_decades([1e-6, 1e-3]) and not style.spans_decades([1.0, 9.0])
+    fig = plots.drift_table_figure(pd.DataFrame({"algorithm": ["ring", "tree"],
+                                                 "abs_error": [1.0, 2.0]}))
+    try:
+        assert fig.axes[0].get_yscale() == "linear"
+    finally:
+        plt.close(fig)
+
+
+def test_save_writes_caption_and_data(tmp_path: Path) -> None:
+    fig = plots.throughput_vs_workers(_summary(), "Training throughput (emulated)")
+    path = plots.save(fig, tmp_path, "throughput")
+    plt.close(fig)
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["caption"] == "Training throughput (emulated)" and meta["kind"] == "measured"
+    assert len(pd.read_csv(path.with_suffix(".csv"))) == len(_summary())
