@@ -205,3 +205,24 @@ register_strategy(StrategySpec(
     "fsdp", "ddlstudy.strategies.fsdp:FSDP", family="allreduce", bytes_source="analytic",
     missing=lambda: resolve("ddlstudy.strategies.fsdp:missing")(),
     summary="torch FSDP2 fully_shard per module (gloo on CPU): the library's ZeRO-3"))
+register_strategy(StrategySpec(
+    "ddp_fp16", "ddlstudy.strategies.compression:DDPFp16", family="allreduce",
+    options=("bucket_mb",), bytes_source="analytic",
+    summary="DDP, buckets all-reduced in float16 (torch's fp16_compress_hook)"))
+register_strategy(StrategySpec(
+    "ddp_bf16", "ddlstudy.strategies.compression:DDPBf16", family="allreduce",
+    options=("bucket_mb",), bytes_source="analytic",
+    missing=lambda: resolve("ddlstudy.strategies.compression:bf16_missing")(),
+    summary="DDP, buckets all-reduced in bfloat16 (torch's bf16_compress_hook)"))
+register_strategy(StrategySpec(
+    "ddp_powersgd1", "ddlstudy.strategies.compression:DDPPowerSGD1", family="allreduce",
+    options=("bucket_mb",), bytes_source="analytic",
+    summary="DDP + PowerSGD rank 1 with error feedback (torch's powerSGD_hook)"))
+register_strategy(StrategySpec(
+    "ddp_powersgd2", "ddlstudy.strategies.compression:DDPPowerSGD2", family="allreduce",
+    options=("bucket_mb",), bytes_source="analytic",
+    summary="DDP + PowerSGD rank 2 with error feedback (torch's powerSGD_hook)"))
+register_strategy(StrategySpec(
+    "ddp_powersgd4", "ddlstudy.strategies.compression:DDPPowerSGD4", family="allreduce",
+    options=("bucket_mb",), bytes_source="analytic",
+    summary="DDP + PowerSGD rank 4 with error feedback (torch's powerSGD_hook)"))
