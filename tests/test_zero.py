@@ -118,8 +118,10 @@ def test_zero_matches_single_with_union_batch(cluster: Cluster, strategy: str, n
 
 def test_zero_bytes_and_memory_per_stage(cluster: Cluster) -> None:
     """Counted bytes per step and rank: stages 1 and 2 = a ring all-reduce (2(N-1)/N Psi),
-    stage 3 = 1.5x it (Rajbhandari et al. 2020, Sec. 7: 'a total communication volume of 3 Psi,
-    1.5x compared to the baseline'), within 10 %; memory shrinks stage by stage."""
+    stage 3 = 1.5x it, within 10 %; memory shrinks stage by stage. Rajbhandari et al. 2020
+    (ZeRO, SC20), Sec. 7.2.1 on P_os+g: "So the total communication volume per training step is
+    Psi+Psi=2Psi, exactly the same as the baseline DP."; Sec. 7.2.2 on P_os+g+p: "The total
+    volume is therefore 3Psi which is 1.5x compared to the baseline." """
     n = 4
     common = dict(workers=n, batch_size=B, dtype="float32", steps=2, momentum=0.9)
     ring = _run(cluster, strategy="allreduce", algorithm="ring", **common).row
