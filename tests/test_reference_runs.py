@@ -11,12 +11,13 @@ import pandas as pd
 from ddlstudy.records import reference
 
 
-def _run(folder: Path, value: float, status: str = "ok") -> None:
+def _run(folder: Path, value: float, status: str = "ok", batch: int = 32) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([{"model": "resnet50", "strategy": "ps_sync", "workers": 2,
                    "images_per_sec_cluster": value}]).to_csv(folder / "summary.csv", index=False)
     (folder / "meta.json").write_text(json.dumps({"status": status, "created": "x",
-                                                  "git_sha": "abc"}))
+                                                  "git_sha": "abc",
+                                                  "params": {"batch_size": batch}}))
 
 
 def test_add_runs_appends_after_the_existing_runs(tmp_path: Path) -> None:
@@ -39,3 +40,17 @@ def test_add_runs_cli_refuses_a_missing_folder(tmp_path: Path, capsys) -> None:
     assert reference.main(["add-runs", str(tmp_path / "nope"), str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a folder" in err
+
+
+def test_add_runs_refuses_another_configuration(tmp_path: Path) -> None:
+    dest, src = tmp_path / "dest" / "ch", tmp_path / "src" / "ch"
+    cell = "horovod_resnet50_x2_replay"
+    _run(dest / "runs" / cell, 100.0, batch=32)
+    _run(src / "runs" / cell, 30.0, batch=128)
+    try:
+        reference.add_runs(src, dest)
+    except ValueError as err:
+        assert "batch_size: 32 -> 128" in str(err)
+    else:
+        raise AssertionError("runs of batch 128 were pooled with batch 32")
+    assert reference.cell_runs(dest / "runs" / cell) == [dest / "runs" / cell]

@@ -61,6 +61,21 @@ def cell_runs(cell: Path) -> list[Path]:
     return runs + [p for p in numbered if (p / "summary.csv").exists()]
 
 
+IDENTITY = ("model", "strategy", "algorithm", "workers", "servers", "batch_size", "shape",
+            "dataset", "dtype", "steps", "warmup_steps", "compute", "replay_source", "network",
+            "scale", "time_dilation", "overlap", "bucket_mb", "lr", "momentum", "seed")
+
+
+def same_cell(a: Path, b: Path) -> str:
+    """'' when runs `a` and `b` ran the same cell configuration (IDENTITY keys both record),
+    else the first key that differs, as 'key: a -> b'."""
+    pa, pb = records.read_meta(a).get("params") or {}, records.read_meta(b).get("params") or {}
+    for key in IDENTITY:
+        if key in pa and key in pb and pa[key] != pb[key]:
+            return f"{key}: {pa[key]!r} -> {pb[key]!r}"
+    return ""
+
+
 def add_runs(src: Path, dest: Path) -> dict[str, int]:
     """Add every finished run of `src` (one chapter folder of another sitting, same params per
     cell) to `dest` as further independent runs: a cell's runs in `dest` keep their numbers, the
@@ -77,6 +92,9 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
             continue
         target = dest / "runs" / cell.name
         have = len(cell_runs(target)) if target.exists() else 0
+        if have and (why := same_cell(cell_runs(target)[0], todo[0])):
+            raise ValueError(f"{cell.name}: the new runs are another configuration ({why}); "
+                             "only runs of the same cell can be pooled")
         for i, run in enumerate(todo):
             to = target if have + i == 0 else target / f"r{have + i}"
             to.mkdir(parents=True, exist_ok=True)
@@ -127,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {p} is not a folder: give two chapter folders (…/<chapter>)",
                   file=sys.stderr)
             return 2
-    for cell, n in add_runs(src, dest).items():
+    try:
+        added = add_runs(src, dest)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for cell, n in added.items():
         print(f"{cell}: +{n} runs")
     return 0
 
