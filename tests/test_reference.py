@@ -45,7 +45,7 @@ def test_no_reference_cells_say_so(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv,needle", [
     (["--network", "100GbE"], "unknown --network '100GbE'"),
     (["--scale", "0.1"], "--scale applies only with --network"),
-    (["--network", "10GbE", "--scale", "2"], "--scale must be in (0, 1]"),
+    (["--network", "10GbE", "--scale", "2"], "--scale must be in [0.001, 1]"),
 ])
 def test_train_cli_bad_network_is_one_line(argv: list[str], needle: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
