@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -63,3 +64,51 @@ def test_second_train_on_the_same_out_is_refused_and_the_first_keeps_its_steps(
     assert meta["run"]["pid"] == first.pid and meta["status"] == "ok"
     assert not (out / LOCK_NAME).exists()  # released
     assert not list(out.rglob("*.tmp"))  # no temp left
+
+
+def _ci_params(repo_root: Path) -> list[str]:
+    return ["--params", str(repo_root / "params/default.yaml"),
+            "--params", str(repo_root / "params/ci.yaml")]
+
+
+def test_report_on_a_held_folder_is_refused_naming_the_owner(
+        tmp_path: Path, repo_root: Path, capsys) -> None:
+    """A second report (or reference) on a run folder stops before any chapter, in one line."""
+    from ddlstudy.records.lock import OutputLock
+    from ddlstudy.report import runner
+
+    out = tmp_path / "run"
+    with OutputLock(out, "report (the first)"):
+        code = runner.main([*_ci_params(repo_root), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"in use by pid {os.getpid()}" in err and "report (the first)" in err
+    assert sorted(p.name for p in out.iterdir()) == []  # nothing written, no chapter ran
+
+
+def test_report_on_a_file_is_one_line(tmp_path: Path, repo_root: Path, capsys) -> None:
+    from ddlstudy.report import runner
+
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    code = runner.main([*_ci_params(repo_root), "--out", str(afile / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "cannot write" in err, err
+
+
+def test_bench_on_a_held_folder_is_refused_before_a_cluster(tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from ddlstudy.bench import collectives, train
+    from ddlstudy.records.lock import OutputLock
+
+    out = tmp_path / "bench"
+    for module, flags in ((collectives, []), (train, ["--model", "mlp"])):
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        with OutputLock(out, "bench (the first)"):
+            t0 = time.monotonic()
+            code = module.main(parser.parse_args([*flags, "--out", str(out)]))
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and f"in use by pid {os.getpid()}" in err, err
+        assert time.monotonic() - t0 < 5
