@@ -106,10 +106,11 @@ def test_the_environment_is_in_the_digest(finished_run, monkeypatch: pytest.Monk
     """Reference records, the netem calibration, root / namespaces and package versions."""
     params, run, jobs, _, _ = finished_run
     base = report.environment(params)
-    for key, value in [("reference", "other"), ("calibration", ["other"]),
+    for key, value in [("reference", "other"), ("calibration", "other"),
                        ("root", not base["root"]), ("namespaces", not base["namespaces"]),
                        ("versions", {**base["versions"], "torch": "0.0"})]:
-        monkeypatch.setattr(report, "environment", lambda p, k=key, v=value: {**base, k: v})
+        monkeypatch.setattr(report, "environment",
+                            lambda p, run_dir=None, k=key, v=value: {**base, k: v})
         assert not any(_done(params, run, jobs).values()), key
     monkeypatch.undo()
     ref = tmp_path / "ref"
@@ -121,6 +122,10 @@ def test_the_environment_is_in_the_digest(finished_run, monkeypatch: pytest.Monk
     first = report.environment(params)["reference"]
     (ref / "x" / "summary.csv").write_text("a\n2\n")
     assert report.environment(params)["reference"] != first
+    # a `reference` run writes into results/reference itself: its own records are not inputs
+    own = report.environment(params, ref)["reference"]
+    (ref / "x" / "summary.csv").write_text("a\n3\n")
+    assert report.environment(params, ref)["reference"] == own
 
 
 def test_an_unknown_kernel_is_refused_before_anything(tmp_path: Path, repo_root: Path) -> None:

@@ -48,26 +48,36 @@ class Job:
             "nb": self.parameters,
             "notebook": resume.file_digest(NOTEBOOKS / f"{self.chapter}.ipynb"),
             "code": resume.code_digest(), "inputs": inputs or {},
-            "env": env if env is not None else environment(params)})
+            "env": env if env is not None else environment(params, run_dir_of(self))})
 
 
-def environment(params: StudyParams) -> dict[str, Any]:
+def environment(params: StudyParams, run_dir: Path | None = None) -> dict[str, Any]:
     """Inputs outside lib/ddlstudy a chapter's result depends on: the reference records it may
-    show or validate on (results/reference and projection.records), the netem calibration
-    (outputs/netem_calibration.json), whether this host is root and can build namespaces, and
-    the package versions. A change in any of them reruns the chapters."""
+    show or validate on (results/reference and projection.records; not the run's own folder: a
+    `reference` run writes there itself), the netem calibration (outputs/netem_calibration.json),
+    whether this host is root and can build namespaces, and the package versions. A change in
+    any of them reruns the chapters."""
     from ddlstudy.network.emulated import netem
     from ddlstudy.records.reference import reference_dir
 
     root = records.project_root()
     folders = [reference_dir(), *(Path(d) if Path(d).is_absolute() else root / d
                                   for d in params.projection.records)]
+    if run_dir is not None:
+        own = run_dir.resolve()
+        folders = [f for f in folders if not _overlaps(f.resolve(), own)]
     cal = netem.CALIBRATION_FILE
-    cals = [cal] if cal.is_absolute() else [root / cal, NOTEBOOKS / cal]
+    cal = cal if cal.is_absolute() else root / cal
     return {"reference": resume.tree_digest(sorted(set(folders))),
-            "calibration": [resume.file_digest(c) for c in cals],
+            "calibration": resume.file_digest(cal),
             "root": os.geteuid() == 0, "namespaces": netem.available()[0],
             "versions": records.versions()}
+
+
+def run_dir_of(job: Job) -> Path | None:
+    """The run folder a job was planned for (plan() puts it in its parameters)."""
+    run_dir = job.parameters.get("run_dir")
+    return Path(run_dir) if run_dir else None
 
 
 def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
@@ -111,6 +121,11 @@ def plan(params: StudyParams, run_dir: Path, params_files: list[str]) -> list[Jo
         else:
             jobs.append(Job(chapter, chapter, dict(base)))
     return jobs
+
+
+def _overlaps(a: Path, b: Path) -> bool:
+    """True when one folder is the other or inside it."""
+    return a == b or a in b.parents or b in a.parents
 
 
 def is_done(job: Job, run_dir: Path, params: StudyParams, jobs: list[Job] | None = None,
@@ -225,7 +240,7 @@ def _run_owned(params: StudyParams, params_files: list[str], run_dir: Path) -> R
     records.write_meta(run_dir, params.model_dump(mode="json"), params_files=params_files,
                        digest=params.digest())
     jobs = plan(params, run_dir, params_files)
-    env = environment(params)  # once per run: the same for every chapter
+    env = environment(params, run_dir)  # once per run: the same for every chapter
     failures: dict[str, str] = {}
     skipped: set[str] = set()
     bar = tqdm(jobs, desc="report", unit="notebook")
