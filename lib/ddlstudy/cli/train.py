@@ -112,6 +112,29 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                         "x scale (default: the profile's calibrated scale, see netem)")
 
 
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    """--gpus-per-node / --latency: nodes of several GPUs and emulated per-message latency on the
+    emulated network (ddlstudy.network.emulated.nodes, .latency)."""
+    parser.add_argument("--gpus-per-node", type=int, default=1, help="engines per emulated node: "
+                        "they share the node's shaped link and talk inside the node over its "
+                        "loopback, unshaped (needs --network; default 1)")
+    parser.add_argument("--latency", action="store_true", help="emulate the profile's one-way "
+                        "latency x 1/scale per inter-node message, as a sender-side delay in "
+                        "the transport (needs --network)")
+
+
+def check_node_args(args: argparse.Namespace) -> str | None:
+    """None when --gpus-per-node / --latency can be honoured, else the one-line problem."""
+    from ddlstudy.network.emulated.nodes import MAX_GPUS_PER_NODE
+
+    k = getattr(args, "gpus_per_node", 1)
+    if not 1 <= k <= MAX_GPUS_PER_NODE:
+        return f"--gpus-per-node must be in 1..{MAX_GPUS_PER_NODE}, got {k}"
+    if (k > 1 or getattr(args, "latency", False)) and args.network == "none":
+        return "--gpus-per-node > 1 and --latency need an emulated --network (e.g. 10GbE)"
+    return None
+
+
 def check_network_args(args: argparse.Namespace) -> str | None:
     """None when --network/--scale/--profile can be honoured here, else the one-line problem."""
     from ddlstudy.network.emulated import netem
@@ -215,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"allreduce: one of {', '.join(ALGORITHMS)} (default ring)")
     add_config_arguments(parser)
     add_network_arguments(parser)
+    add_node_arguments(parser)
     parser.add_argument("--out", default=None, help="write steps.csv, summary.csv, meta.json here")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     return parser
@@ -292,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             parser.error(str(err))
         problem = (check_fault_args(args, config) or check_network_args(args)
-                   or check_data(config))
+                   or check_node_args(args) or check_data(config))
         if problem:
             parser.error(problem)
         started = True
@@ -308,6 +332,7 @@ def _run(args: argparse.Namespace, config: TrainConfig) -> int:
 
     from ddlstudy.cluster.engines import ClusterError, Interrupted
     from ddlstudy.experiments.grid import dilation, emulated_cluster
+    from ddlstudy.network.emulated.nodes import node_bytes, node_line
     from ddlstudy.train.trainer import train
 
     print(f"Model: {config.model}  Strategy: {config.label}")
@@ -316,14 +341,21 @@ def _run(args: argparse.Namespace, config: TrainConfig) -> int:
     try:
         # offload on: throughput, not packet counts, is what a training run measures
         with emulated_cluster(args.network, config.world_size, args.scale, offload_off=False,
-                              profile=args.profile, collective_timeout_s=args.timeout) as cluster:
+                              profile=args.profile, collective_timeout_s=args.timeout,
+                              gpus_per_node=args.gpus_per_node,
+                              latency=args.latency) as cluster:
             config = replace(config, time_dilation=dilation(cluster, config.compute)).validate()
             net = cluster.network_info
             if net:
                 print(f"Network: {net['profile']} x {net['scale']} (emulated), compute "
                       f"x{config.time_dilation:g}", flush=True)
+                print(node_line(net), flush=True)
+            links = cluster.emulated_network
+            before = links.counters() if links is not None else None
             result = train(cluster, config, out_dir=args.out, progress=args.progress,
                            announce=lambda line: print(line, flush=True), network=net)
+            per_node = (node_bytes(before, links.counters())
+                        if links is not None and before is not None else [])
     except (ClusterError, ValueError) as err:
         print(f"python -m ddlstudy.train: error: {err}", file=sys.stderr)
         return 2
@@ -344,8 +376,16 @@ def _run(args: argparse.Namespace, config: TrainConfig) -> int:
         print(f"Test accuracy: {result.row['test_accuracy']:.4f}")
     for line in fault_lines(result):
         print(line)
+    for row in per_node:  # whole train() call: group setup, warm-up and timed steps
+        print(f"Node {row['node']} link (emulated): sent {row['payload_sent_est'] / 1e6:.1f} MB, "
+              f"received {row['payload_recv_est'] / 1e6:.1f} MB (TCP payload est.)")
     if result.out_dir is not None:
-        print(f"Wrote {result.out_dir}/steps.csv, summary.csv, meta.json")
+        if per_node:
+            import pandas as pd
+
+            pd.DataFrame(per_node).to_csv(Path(result.out_dir) / "node_bytes.csv", index=False)
+        print(f"Wrote {result.out_dir}/steps.csv, summary.csv, meta.json"
+              + (", node_bytes.csv" if per_node else ""))
     return 0
 
 

@@ -48,9 +48,14 @@ class DistTransport:
     def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
 
+        from ddlstudy.network.emulated import latency
+
         self.dist, self.group = dist, group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
+        # emulated per-message latency (ddlstudy.network.emulated.latency; off unless configured)
+        self._latency, self._own = latency.current(), dist.get_rank()
+        self._delayed = latency.delayed
 
     def _global(self, peer: int) -> int:
         if self.group is None:
@@ -58,8 +63,13 @@ class DistTransport:
         return self.dist.get_global_rank(self.group, peer)
 
     def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> Handle:
+        what = f"send {self.rank}->{peer} (tag {tag})"
+        delay = self._latency.delay_to(self._own, self._global(peer))
+        if delay > 0:  # issued `delay` later by the delay thread; the caller goes on
+            return self._delayed(lambda: _DistHandle(self.dist.isend(
+                tensor, self._global(peer), group=self.group, tag=tag), what), delay, what)
         work = self.dist.isend(tensor, self._global(peer), group=self.group, tag=tag)
-        return _DistHandle(work, f"send {self.rank}->{peer} (tag {tag})")
+        return _DistHandle(work, what)
 
     def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> Handle:
         work = self.dist.irecv(tensor, self._global(peer), group=self.group, tag=tag)

@@ -389,6 +389,12 @@ class NetworkParams(_Section):
                                 "(netem.scale_for)")
     offload: bool = Field(True, description="segmentation offload on the emulated links: on moves "
                           "several times more per CPU; chapter 04 turns it off to count packets")
+    gpus_per_node: int = Field(1, ge=1, le=64, description="engines per emulated node: they share "
+                               "the node's shaped link and talk inside it over loopback, "
+                               "unshaped (ddlstudy.network.emulated.nodes)")
+    latency: bool = Field(False, description="emulate each profile's one-way latency x 1/scale "
+                          "per inter-node message, a sender-side delay in the transport "
+                          "(ddlstudy.network.emulated.latency); only the Comm harness's messages")
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
     model: ModelName = "resnet50"
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])

@@ -174,7 +174,8 @@ def run_monitored(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
 
 @contextlib.contextmanager
 def emulated_cluster(network: str, engines: int, scale: float | None = None,
-                     offload_off: bool = True, **cluster_kwargs: Any) -> Iterator[Any]:
+                     offload_off: bool = True, gpus_per_node: int = 1, latency: bool = False,
+                     **cluster_kwargs: Any) -> Iterator[Any]:
     """A started Cluster of `engines` engines, each in its own namespace on a link shaped to
     `network` x `scale` (netem profile, e.g. "10GbE"); stopped, and the network removed, on exit.
 
@@ -186,9 +187,14 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
     line is printed and the engines run on loopback, unshaped; the records then say so. The
     cluster carries `network_info` (what `trainer.train` writes into summary and meta.json) and
     `emulated_network` (the EmulatedNetwork, or None).
+
+    gpus_per_node k: k engines per node namespace sharing its shaped link, ranks grouped by node
+    (ddlstudy.network.emulated.nodes). latency: each inter-node message of the Comm harness is
+    delayed by the profile's latency x 1/scale (ddlstudy.network.emulated.latency); both go into
+    `network_info` (gpus_per_node, rank_nodes, latency_emulated_s).
     """
     from ddlstudy.cluster.engines import Cluster
-    from ddlstudy.network.emulated import netem
+    from ddlstudy.network.emulated import netem, nodes
 
     if network not in ("none", netem.UNSHAPED, *netem.PROFILES):
         raise ValueError(f"unknown network {network!r}; valid: none, "
@@ -202,6 +208,10 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
         raise ValueError(f"network {network!r} starts local engines in namespaces; it cannot use "
                          f"the running ipyparallel profile {cluster_kwargs['profile']!r}: set "
                          "training.network to none, or cluster.profile to null")
+    n_nodes = nodes.nodes_for(engines, gpus_per_node)
+    if network == "none" and (gpus_per_node > 1 or latency):
+        raise ValueError("gpus_per_node > 1 and latency need an emulated network (a link "
+                         "profile such as 10GbE), not network 'none'")
     if network == "none":
         cluster = Cluster(workers=engines, **cluster_kwargs).start()
         cluster.emulated_network, cluster.network_info = None, None
@@ -211,17 +221,24 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
             cluster.stop()
         return
     cluster_kwargs.pop("profile", None)
-    if scale is None:
-        scale = netem.scale_for(network, engines, offload_off)
-    with netem.network_or_loopback(engines, network, scale, offload_off=offload_off) as net:
+    if scale is None:  # one shaped link per node: k engines of a node share it
+        scale = netem.scale_for(network, n_nodes, offload_off)
+    with netem.network_or_loopback(n_nodes, network, scale, offload_off=offload_off) as net:
         if net is None:
             cluster = Cluster(workers=engines, **cluster_kwargs).start()
             info: dict[str, Any] = {"profile": "loopback", "requested": network, "scale": None,
-                                    "latency_emulated": False,
+                                    "latency_emulated": False, "latency_emulated_s": 0.0,
+                                    "gpus_per_node": gpus_per_node,
                                     "reason": netem.available()[1]}
+        elif gpus_per_node > 1 or latency:
+            delay = nodes.lat.delay_for(net.profile) if latency else 0.0
+            cluster = nodes.start_node_cluster(net, engines, gpus_per_node, delay,
+                                               **cluster_kwargs)
+            info = nodes.describe(net, engines, gpus_per_node, delay)
         else:
             cluster = netem.start_cluster_in_namespaces(net, **cluster_kwargs)
-            info = {**net.describe(), "rank_nodes": netem.rank_nodes(cluster, net)}
+            info = {**net.describe(), "rank_nodes": netem.rank_nodes(cluster, net),
+                    "gpus_per_node": 1, "latency_emulated_s": 0.0}
         cluster.emulated_network, cluster.network_info = net, info
         try:
             yield cluster

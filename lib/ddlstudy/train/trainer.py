@@ -1162,9 +1162,14 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         "images_per_sec_cluster": ips * config.time_dilation,
         "network": (network or {}).get("profile", "none"),
         "network_scale": (network or {}).get("scale"),
+        # nodes of several GPUs and emulated latency (ddlstudy.network.emulated.nodes / latency)
+        "gpus_per_node": int((network or {}).get("gpus_per_node") or 1),
+        "rank_nodes": ",".join(map(str, (network or {}).get("rank_nodes") or [])),
+        "latency_emulated_s": float((network or {}).get("latency_emulated_s") or 0.0),
         # the cell's links together ask more than the host's measured ceiling
         # (ddlstudy.network.emulated.netem)
-        "cpu_bound": _cpu_bound(network, config.world_size),
+        "cpu_bound": _cpu_bound(network, len(set((network or {}).get("rank_nodes") or []))
+                                or config.world_size),  # one link per node
     }
     return pd.DataFrame([row])
 

@@ -16,6 +16,7 @@ What is and is not emulated:
   Ethernet headers, 66 of every 1514 bytes at MTU 1500).
 - Latency: NO. `netem` does not exist on this kernel (nor fq/codel), so no delay can be added; the
   real one-way latency of each profile is stored for cost models, with `latency_emulated: False`.
+  (A run may ask for it in the transport instead: `latency.py`, a sender-side delay per message.)
   Measured one-way latency between namespaces is that of veth + TCP (tens of microseconds).
 - Packets: with segmentation offload off (ethtool, or the same ioctl ethtool uses) the counters
   count wire-sized packets (<= MTU); if neither works, a "packet" is a merged segment of up to
