@@ -15,7 +15,7 @@ def _run(folder: Path, value: float, status: str = "ok", batch: int = 32) -> Non
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([{"model": "resnet50", "strategy": "ps_sync", "workers": 2,
                    "images_per_sec_cluster": value}]).to_csv(folder / "summary.csv", index=False)
-    (folder / "meta.json").write_text(json.dumps({"status": status, "created": "x",
+    (folder / "meta.json").write_text(json.dumps({"status": status, "created": f"t{value}",
                                                   "git_sha": "abc",
                                                   "params": {"batch_size": batch}}))
 
@@ -53,4 +53,15 @@ def test_add_runs_refuses_another_configuration(tmp_path: Path) -> None:
         assert "batch_size: 32 -> 128" in str(err)
     else:
         raise AssertionError("runs of batch 128 were pooled with batch 32")
+    assert reference.cell_runs(dest / "runs" / cell) == [dest / "runs" / cell]
+
+
+def test_add_runs_skips_runs_it_already_has(tmp_path: Path) -> None:
+    dest, src = tmp_path / "dest" / "ch", tmp_path / "src" / "ch"
+    cell = "ps_sync-1srv_resnet50_x3_replay"
+    _run(dest / "runs" / cell, 100.0)
+    import shutil
+
+    shutil.copytree(dest / "runs", src / "runs")  # the scratch copy still holds the old run
+    assert reference.add_runs(src, dest) == {}
     assert reference.cell_runs(dest / "runs" / cell) == [dest / "runs" / cell]

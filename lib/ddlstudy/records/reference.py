@@ -76,6 +76,13 @@ def same_cell(a: Path, b: Path) -> str:
     return ""
 
 
+def _stamp(run: Path) -> tuple[str, str, str]:
+    """What identifies one run: when and by which code and host it was written."""
+    meta = records.read_meta(run)
+    return (str(meta.get("created")), str(meta.get("git_sha")),
+            str((meta.get("host") or {}).get("hostname")))
+
+
 def add_runs(src: Path, dest: Path) -> dict[str, int]:
     """Add every finished run of `src` (one chapter folder of another sitting, same params per
     cell) to `dest` as further independent runs: a cell's runs in `dest` keep their numbers, the
@@ -91,6 +98,10 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
         if not todo:
             continue
         target = dest / "runs" / cell.name
+        known = {_stamp(r) for r in cell_runs(target)} if target.exists() else set()
+        todo = [r for r in todo if _stamp(r) not in known]  # a run already there is not new
+        if not todo:
+            continue
         have = len(cell_runs(target)) if target.exists() else 0
         if have and (why := same_cell(cell_runs(target)[0], todo[0])):
             raise ValueError(f"{cell.name}: the new runs are another configuration ({why}); "
