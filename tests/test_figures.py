@@ -160,6 +160,8 @@ def test_figure_has_labels_and_legend(name: str) -> None:
         if name not in NO_LEGEND:
             assert fig.legends or any(ax.get_legend() for ax in fig.axes), f"{name}: no legend"
         assert not _overlaps(fig), f"{name}: the title overlaps {_overlaps(fig)}"
+        assert isinstance(getattr(fig, "ddlstudy_data", None), pd.DataFrame), \
+            f"{name}: no data tagged (style.finish): the book cannot link the figure's CSV"
         if name in WORKER_AXES:
             for ax in panels:
                 if ax.get_xscale() == "linear":

@@ -367,7 +367,7 @@ def batch_sweep(part: pd.DataFrame, trained: bool, title: str = "") -> Figure:
         ax.set_ylabel(label)
     fig.suptitle(title, y=1.03, fontsize=10)
     fig.subplots_adjust(wspace=0.35)
-    return fig
+    return style.finish(fig, part, "measured")
 
 
 def malik_batch(malik: pd.DataFrame, title: str = "") -> Figure:
@@ -379,7 +379,7 @@ def malik_batch(malik: pd.DataFrame, title: str = "") -> Figure:
     ax.set_xlabel("batch size per worker")
     ax.set_ylabel("cluster-equivalent images / sec")
     ax.set_title(title, fontsize=9)
-    return fig
+    return style.finish(fig, malik, "emulated")
 
 
 # ----------------------------------------------------------------------------- chapter 03
@@ -414,7 +414,7 @@ def convergence_curves(part: pd.DataFrame, time_label: str, title: str = "") -> 
         ax.set_xlabel(time_label if x == "wall_s" else "epoch")
     fig.suptitle(title, y=1.03)
     fig.subplots_adjust(wspace=0.3)
-    return fig
+    return style.finish(fig, part, "measured")
 
 
 def staleness_shares(shares: pd.DataFrame, title: str = "") -> Figure:
@@ -424,7 +424,7 @@ def staleness_shares(shares: pd.DataFrame, title: str = "") -> Figure:
     ax.set_xlabel("staleness (updates behind)")
     ax.set_ylabel("share of updates (fraction)")
     ax.set_title(title)
-    return fig
+    return style.finish(fig, shares, "measured")
 
 
 def bracketing_accuracy(per_alg: pd.DataFrame, title: str = "") -> Figure:
@@ -437,7 +437,7 @@ def bracketing_accuracy(per_alg: pd.DataFrame, title: str = "") -> Figure:
     ax.set_xlabel("all-reduce algorithm")
     ax.set_ylabel("final test accuracy (fraction)")
     ax.set_title(title, fontsize=9)
-    return fig
+    return style.finish(fig, per_alg, "measured")
 
 
 # ----------------------------------------------------------------------------- chapter 07
@@ -464,7 +464,7 @@ def frameworks_scaling(summary: pd.DataFrame, scaled: pd.DataFrame, titles: dict
             ax.set_title(titles[profile], fontsize=9)
     fig.suptitle(title, y=1.01)
     fig.tight_layout()
-    return fig
+    return style.finish(fig, summary, "emulated")
 
 
 def bytes_per_node(at_top: pd.DataFrame, title: str = "") -> Figure:
@@ -474,7 +474,7 @@ def bytes_per_node(at_top: pd.DataFrame, title: str = "") -> Figure:
                 palette=style.palette(at_top["profile"]), **MEDIAN_CI)
     ax.set_ylabel("sent per worker per step (bytes)")
     ax.set_title(title, fontsize=8)
-    return fig
+    return style.finish(fig, at_top, "emulated")
 
 
 # ----------------------------------------------------------------------------- chapter 05
@@ -500,7 +500,7 @@ def efficiency_by_profile(summary: pd.DataFrame, title: str = "") -> Figure:
     for ax in (ax_eff, ax_ips):
         ax.set_xticks(sorted(summary["workers"].unique()))
     fig.suptitle(title, y=1.02)
-    return fig
+    return style.finish(fig, summary, "emulated")
 
 
 def collectives_on_links(table: pd.DataFrame, title: str = "") -> Figure:
@@ -516,7 +516,7 @@ def collectives_on_links(table: pd.DataFrame, title: str = "") -> Figure:
            ylabel="all-reduce time (s, emulated)")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(title, fontsize=9)
-    return fig
+    return style.finish(fig, table, "emulated")
 
 
 def regime_map(grid: pd.DataFrame, points: pd.DataFrame, words: dict[str, float], *,

@@ -245,11 +245,20 @@ def _label(title: str, kind: str, ctx: PageContext) -> str:
     words = [w for w in ("emulated", "replayed", "projected", "reference run", "one host")
              if w in (title + " " + kind + " " + ctx.page).lower()]
     if not words:
-        try:
-            words = [CHAPTERS[ctx.chapter].kind]
-        except KeyError:
-            words = []
+        kind = page_kind(ctx.chapter, ctx.page)
+        words = [kind] if kind else []
     return text + (f"[{', '.join(dict.fromkeys(words))}]" if words else "")
+
+
+def page_kind(chapter: str, page: str) -> str:
+    """What a chapter page shows (the registry's `kind`); a chapter with both sections ('one
+    host + emulated') says which one this page is."""
+    kind = CHAPTERS[chapter].kind if chapter in CHAPTERS else ""
+    parts = [k.strip() for k in kind.split("+")]
+    if len(parts) > 1:
+        return next((k for k in parts if k in page), parts[0]) if "emulated" in page \
+            else parts[0]
+    return kind
 
 
 def _png_ratio(data: bytes) -> float | None:
@@ -525,7 +534,7 @@ def _headlines(run_dir: Path, pages: list[Page], src: Path) -> str:
         name = f"{page.name}-{fig.name}"
         (src / "_static" / "figures").mkdir(parents=True, exist_ok=True)
         shutil.copy2(fig, src / "_static" / "figures" / name)
-        kind = CHAPTERS[chapter].kind if chapter in CHAPTERS else ""
+        kind = page_kind(chapter, page.name)
         text = f"{caption} [{kind}]" if kind else caption
         cells.append(f'<td><a href="_static/figures/{name}"><img src="_static/figures/{name}" '
                      f'alt="{html.escape(text)}"></a><br>{html.escape(text)}: '
@@ -632,7 +641,10 @@ span.verdict-set-by-configuration { background: #bfe3f7; }
 pre.stdout-head { font-size: 0.8em; }
 details.params pre { max-height: 30em; overflow: auto; font-size: 0.8em; }
 @media print {
-  details { display: block; }
+  @page { size: A4; margin: 12mm; }
+  details.hide.above-input { display: none; }   /* folded code: not on paper */
+  div.cell_output, div.output, div.pasted-text { overflow: visible !important; }
+  div.cell_output table, table.claims-view { font-size: 0.62em; }
   .bd-sidebar-primary, .bd-sidebar-secondary, .bd-header, .bd-footer, .prev-next-area,
   .header-article, .bd-header-article { display: none !important; }
   .bd-main .bd-content .bd-article-container { max-width: 100% !important; }
