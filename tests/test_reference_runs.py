@@ -65,3 +65,18 @@ def test_add_runs_skips_runs_it_already_has(tmp_path: Path) -> None:
     shutil.copytree(dest / "runs", src / "runs")  # the scratch copy still holds the old run
     assert reference.add_runs(src, dest) == {}
     assert reference.cell_runs(dest / "runs" / cell) == [dest / "runs" / cell]
+
+
+def test_a_cell_stored_by_another_checkout_is_the_same_cell() -> None:
+    """The data folder's location is not what a cell ran (another clone or node must reuse it);
+    any other field is."""
+    from dataclasses import replace
+
+    from ddlstudy.experiments import grid
+    from ddlstudy.train.trainer import TrainConfig
+
+    config = TrainConfig(model="mlp", dataset="synthetic", workers=2)
+    stored = grid._jsonable(config.to_dict())
+    assert grid._same_config({**stored, "data_root": "/elsewhere/data"}, config, any_code=False)
+    other = grid._jsonable(replace(config, workers=3).to_dict())
+    assert not grid._same_config(other, config, any_code=False)

@@ -57,13 +57,20 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
+# Where the data files sit is not what a cell ran: a checkout elsewhere (another clone, a
+# worktree, another node) must still find its cells.
+LOCATION_KEYS = ("data_root",)
+
+
 def _same_config(stored: Any, config: TrainConfig, any_code: bool) -> bool:
-    """Whether a stored cell ran this config. Across code versions (make reference), a field
-    TrainConfig gained since the cell ran counts as equal when it holds its default: the old
-    code ran what that default means (a new field must default to the old behaviour)."""
-    now = _jsonable(config.to_dict())
+    """Whether a stored cell ran this config (its data folder's location aside). Across code
+    versions (make reference), a field TrainConfig gained since the cell ran counts as equal
+    when it holds its default: the old code ran what that default means (a new field must
+    default to the old behaviour)."""
     if not isinstance(stored, dict):
         return False
+    now = {k: v for k, v in _jsonable(config.to_dict()).items() if k not in LOCATION_KEYS}
+    stored = {k: v for k, v in stored.items() if k not in LOCATION_KEYS}
     if stored == now or not any_code:
         return stored == now
     defaults = _jsonable(TrainConfig().to_dict())
