@@ -97,7 +97,7 @@ def answer(ref: Path) -> str:
         growth.append((ring["images_per_sec"].iloc[-1] / ring["images_per_sec"].iloc[0],
                        int(ring["workers"].iloc[0]), int(ring["workers"].iloc[-1])))
     net = ", ".join(sorted(cells["network"].astype(str).unique()))
-    runs = int(cells["runs"].max())
+    lo_runs, hi_runs = int(cells["runs"].min()), int(cells["runs"].max())
     lo_w, hi_w = growth[0][1], growth[0][2]
     g = [x[0] for x in growth]
     return (
@@ -107,10 +107,25 @@ def answer(ref: Path) -> str:
         f"while ring all-reduce grew {min(g):.2f}-{max(g):.2f}x from {lo_w} to {hi_w} workers "
         f"(ideal: {hi_w / lo_w:.1f}x); at {ratio_col.split()[-1]} workers the ring delivered "
         f"{ratios.min():.1f}-{ratios.max():.1f}x the parameter server's images/sec. "
-        + (f"Each cell is {runs} run{'s' if runs > 1 else ''}, so this table claims no "
-           "interval; chapter 99 decides a claim only from >= 5 independent runs. "
-           if runs < 5 else "")
+        + (f"Cells hold {lo_runs}-{hi_runs} independent runs (medians above); chapter 99 "
+           "decides a claim only from >= 5. " if lo_runs != hi_runs else
+           f"Each cell holds {lo_runs} independent run{'s' if lo_runs > 1 else ''}. ")
+        + decided(ref)
         + f"Source: {provenance(ref)}.")
+
+
+def decided(ref: Path) -> str:
+    """The claims chapter 99 decides on the reference records, each with its number, interval,
+    margins and runs (a sentence per claim; '' when none is decided)."""
+    from ddlstudy.claims.engine import DECIDED, claims_table
+
+    table = claims_table(ref)
+    rows = table[table["verdict"].isin(DECIDED)]
+    parts = [f"{r.paper}'s \"{r.claim}\" {r.verdict} ({r.quantity.split(' [')[0]}: "
+             f"{r.value:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}] against "
+             f"[{r.margin_low:.3g}, {r.margin_high:.3g}], {int(r.runs)} runs, {r.testbed})"
+             for r in rows.itertuples()]
+    return ("Decided on these records: " + "; ".join(parts) + ". ") if parts else ""
 
 
 def verdicts(ref: Path) -> str:
