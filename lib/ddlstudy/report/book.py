@@ -478,16 +478,18 @@ def _lead(run_dir: Path, pages: list[Page], src: Path) -> str:
     else:
         from ddlstudy.records import reference
 
+        cells = []
         for folder in sorted(reference.reference_dir().glob("03_ps_vs_ring-emulated-*")):
             if (folder / "summary.csv").exists():
                 frames.append(pd.read_csv(folder / "summary.csv"))
+                cells.append(reference.load(folder.name))
         if not frames:
             return ""
-        meta = reference.reference_dir() / "meta.json"
-        sha = records_sha(meta)
-        where = (f"the committed reference run (`results/reference`, git {sha}): this run "
-                 "did not run chapter 03's emulated section")
-        label = f"emulated links, compute replayed; reference run, git {sha}"
+        found = [c for c in cells if len(c)]
+        sha = reference_label(pd.concat(found, ignore_index=True)) if found else "unknown"
+        where = (f"the committed reference run (`results/reference`; {sha}): this run did not "
+                 "run chapter 03's emulated section")
+        label = "emulated links, compute replayed; committed reference run"
     data = pd.concat(frames, ignore_index=True)
     fig = plots.ps_vs_ring(data, "Parameter Server vs ring all-reduce: cluster-equivalent "
                                  "images/sec vs workers (emulated)")
@@ -510,14 +512,17 @@ def _lead(run_dir: Path, pages: list[Page], src: Path) -> str:
             f"\n\nFrom {where}.\n")
 
 
-def records_sha(meta: Path) -> str:
-    """A run folder's git sha, short, '+dirty' kept (a dirty tree is flagged, not hidden)."""
-    import json
-
-    if not meta.exists():
-        return "unknown"
-    sha = str(json.loads(meta.read_text()).get("git_sha", "unknown"))
-    return sha[:7] + ("+dirty" if sha.endswith("+dirty") else "")
+def reference_label(cells: pd.DataFrame) -> str:
+    """Which code measured the reference cells: dates, git shas, and how many came from a tree
+    with uncommitted changes (`+dirty`: flagged, not hidden)."""
+    shas = sorted({str(x)[:7] + ("+dirty" if str(x).endswith("+dirty") else "")
+                   for x in cells.get("ref_git_sha", pd.Series(dtype=str))})
+    dates = sorted(str(c)[:10] for c in cells.get("ref_created", pd.Series(dtype=str)))
+    span = (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}") if dates else ""
+    dirty = sum(s.endswith("+dirty") for s in shas)
+    flag = (f", {dirty} of them with uncommitted changes (+dirty): not reference material"
+            if dirty else "")
+    return f"{len(cells)} cells, {span}, git {', '.join(shas)}{flag}"
 
 
 def _headlines(run_dir: Path, pages: list[Page], src: Path) -> str:
