@@ -130,6 +130,9 @@ _builtin("tree", "tree:tree", "tree:tree_traffic", "tree:tree_terms",
 _builtin("ps", "ps:ps", "ps:ps_traffic", "ps:ps_terms", "central server on rank 0")
 _builtin("ps_sharded", "ps:ps_sharded", "ring:ring_traffic", "ring:ring_terms",
          "every rank serves 1/p of the buffer")
+_builtin("hierarchical", "hierarchical:hierarchical", "hierarchical:hierarchical_traffic",
+         "hierarchical:hierarchical_terms",
+         "ring reduce-scatter in the node, ring across nodes, all-gather in the node")
 # gloo's CPU all_reduce is a ring at these sizes: its bytes and cost terms are the ring's.
 _builtin("reference", None, "ring:ring_traffic", "ring:ring_terms",
          "torch.distributed.all_reduce (library; bytes analytic)")

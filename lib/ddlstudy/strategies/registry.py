@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 FAMILIES = ("single", "ps", "allreduce")
 BYTES_SOURCES = ("counted", "analytic")
 # Keywords make_strategy passes only to strategies that declare them in `options`.
-OPTIONS = ("algorithm", "bucket_mb", "overlap", "group")
+OPTIONS = ("algorithm", "bucket_mb", "overlap", "group", "gpus_per_node")
 
 
 @dataclass(frozen=True)
@@ -185,13 +185,23 @@ register_strategy(StrategySpec(
     servers_configurable=True,
     step_model="ps_step", summary="S servers, each owning 1/S of the parameters"))
 register_strategy(StrategySpec(
-    "allreduce", "ddlstudy.strategies.allreduce:AllReduce", family="allreduce",
-    options=("algorithm", "bucket_mb", "overlap", "group"), step_model="allreduce_step",
+    "allreduce", "ddlstudy.strategies.hierarchical:allreduce", family="allreduce",
+    options=("algorithm", "bucket_mb", "overlap", "group", "gpus_per_node"),
+    step_model="allreduce_step",
     summary="bucketed all-reduce with a ddlstudy.collectives algorithm, overlapped or not"))
 register_strategy(StrategySpec(
     "ddp", "ddlstudy.strategies.ddp:DDP", family="allreduce", options=("bucket_mb",),
     bytes_source="analytic", step_model="allreduce_step",
     summary="torch DistributedDataParallel: the library reference"))
+register_strategy(StrategySpec(
+    "ps_overlap", "ddlstudy.strategies.ps_overlap:PSOverlap", family="ps", default_servers=1,
+    servers_configurable=True, options=("bucket_mb",),
+    summary="per-bucket push during backward, pull pipelined with the next push; S servers"))
+register_strategy(StrategySpec(
+    "ps_colocated", "ddlstudy.strategies.ps_overlap:PSColocated", family="allreduce",
+    options=("bucket_mb",),
+    summary="ps_overlap with S = N servers co-located, each worker serving 1/N (BytePS)"))
+
 register_strategy(StrategySpec(
     "zero1", "ddlstudy.strategies.zero:Zero1", family="allreduce", options=("bucket_mb",),
     summary="ZeRO stage 1: reduce-scatter gradients, sharded optimizer state, all-gather weights"))

@@ -1,0 +1,22 @@
+"""The allreduce strategy with its `gpus_per_node` option: which ranks share a node, for the
+`hierarchical` all-reduce algorithm (ranks r // k on one node, the last node may be smaller).
+
+The option sets the process's `ddlstudy.collectives.hierarchical.gpus_per_node` (one strategy
+per engine process) and builds the ordinary `AllReduce`; other algorithms ignore it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ddlstudy.collectives.hierarchical import set_gpus_per_node
+from ddlstudy.strategies.allreduce import AllReduce
+
+
+def allreduce(model: nn.Module, *, gpus_per_node: int | None = None, **kw: Any) -> AllReduce:
+    """`AllReduce(model, **kw)` with this process's ranks per node set to `gpus_per_node`
+    (None: DDLSTUDY_GPUS_PER_NODE, else 1)."""
+    set_gpus_per_node(gpus_per_node)
+    return AllReduce(model, **kw)
