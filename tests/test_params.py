@@ -134,7 +134,7 @@ def test_params_cli_sample_exit_2_one_line(tmp_path: Path) -> None:
     files = [_write(tmp_path / f"{c}.yaml", HOSTILE[c][0]) for c in CLI_SAMPLE] + [tmp_path]
     for path in files:
         code, stderr, took, peak_kb = _run_measured(
-            [sys.executable, "-m", "ddlstudy.config.params", str(path)])
+            [sys.executable, "-m", "ddlstudy.params", str(path)])
         lines = stderr.strip().splitlines()
         assert code == 2, (path, stderr[-500:])
         assert len(lines) == 1 and lines[0].startswith("error: "), (path, stderr[-500:])

@@ -55,7 +55,7 @@ def _demo(strategy: str, out: Path, *extra: str) -> tuple[subprocess.CompletedPr
                                                              list[int], int]:
     """The issue's demo command; returns the finished process, the processes of its clusters
     still alive afterwards, and how many distinct processes its clusters recorded."""
-    cmd = [sys.executable, "-m", "ddlstudy.cli.train", "--model", "mlp", "--dataset", "digits",
+    cmd = [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "digits",
            "--strategy", strategy, "--workers", "3", "--steps", "40", "--checkpoint-every", "5",
            "--fail-worker", "1", "--fail-at-step", "12", "--out", str(out), "--timeout",
            str(TIMEOUT_S), "--no-progress", *extra]
@@ -206,7 +206,7 @@ def test_killed_run_leaves_records_and_rerun_resumes(tmp_path: Path) -> None:
     """SIGKILL the driver itself after a checkpoint: the records up to it are on disk; the same
     command again resumes from it and completes."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ddlstudy.cli.train", "--model", "resnet18", "--dataset",
+    cmd = [sys.executable, "-m", "ddlstudy.train", "--model", "resnet18", "--dataset",
            "synthetic", "--strategy", "allreduce", "--workers", "2", "--batch-size", "8",
            "--steps", "30", "--warmup-steps", "1", "--checkpoint-every", "5", "--out", str(out),
            "--timeout", str(TIMEOUT_S), "--no-progress"]

@@ -135,7 +135,7 @@ def test_cli_bad_flags_one_line_exit_2(args: list[str], match: str,
 
 
 def test_cli_bad_flag_in_a_real_process_has_no_traceback(repo_root: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ddlstudy.cli.train", "--model", "resnet9000"],
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.train", "--model", "resnet9000"],
                           capture_output=True, text=True, timeout=120, cwd=repo_root,
                           env=_env(repo_root))
     assert proc.returncode == 2
@@ -149,7 +149,7 @@ def test_cli_bad_flag_in_a_real_process_has_no_traceback(repo_root: Path) -> Non
 def test_cli_end_to_end(repo_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "ddlstudy.cli.train", "--model", "mlp", "--dataset", "digits",
+        [sys.executable, "-m", "ddlstudy.train", "--model", "mlp", "--dataset", "digits",
          "--strategy", "allreduce", "--algorithm", "ring", "--workers", "2", "--batch-size", "8",
          "--steps", "3", "--warmup-steps", "1", "--no-eval", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=repo_root, env=_env(repo_root))

@@ -218,6 +218,11 @@ class LaunchSpec:
                 if len({h.slots for h in self.hosts}) == 1:
                     opts.append(f"--ntasks-per-node={self.hosts[0].slots}")
             sec.submit_command = ["sbatch", *opts]
+            # sbatch's script goes to work_dir/batch_file_name, and ipyparallel passes work_dir
+            # '.' (the caller's cwd): an absolute name keeps it with the cluster's other files
+            work = Path(ipythondir) / "ddlstudy-slurm"
+            work.mkdir(parents=True, exist_ok=True)
+            sec.batch_file_name = str(work / "slurm_engine.sbatch")
             kwargs.update(engine_launcher_class=ipl.SlurmEngineSetLauncher)
             if self.hosts:
                 kwargs["n"] = self.slots
