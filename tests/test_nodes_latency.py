@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ddlstudy.network.emulated import latency, netem, nodes
+from ddlstudy.collectives import latency, netem, nodes
 
 AVAILABLE, WHY = netem.available()
 OUT = Path("outputs/gpn/checks")

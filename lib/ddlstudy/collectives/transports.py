@@ -48,12 +48,12 @@ class DistTransport:
     def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
 
-        from ddlstudy.network.emulated import latency
+        from ddlstudy.collectives import latency
 
         self.dist, self.group = dist, group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
-        # emulated per-message latency (ddlstudy.network.emulated.latency; off unless configured)
+        # emulated per-message latency (ddlstudy.collectives.latency; off unless configured)
         self._latency, self._own = latency.current(), dist.get_rank()
         self._delayed = latency.delayed
 

@@ -394,7 +394,7 @@ class NetworkParams(_Section):
                                "unshaped (ddlstudy.network.emulated.nodes)")
     latency: bool = Field(False, description="emulate each profile's one-way latency x 1/scale "
                           "per inter-node message, a sender-side delay in the transport "
-                          "(ddlstudy.network.emulated.latency); only the Comm harness's messages")
+                          "(ddlstudy.collectives.latency); only the Comm harness's messages")
     profiles: list[str] = Field(default_factory=lambda: ["IB-EDR", "10GbE"])
     model: ModelName = "resnet50"
     workers: WorkerCounts = Field(default_factory=lambda: [1, 2, 4])

@@ -197,7 +197,7 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
 
     gpus_per_node k: k engines per node namespace sharing its shaped link, ranks grouped by node
     (ddlstudy.network.emulated.nodes). latency: each inter-node message of the Comm harness is
-    delayed by the profile's latency x 1/scale (ddlstudy.network.emulated.latency); both go into
+    delayed by the profile's latency x 1/scale (ddlstudy.collectives.latency); both go into
     `network_info` (gpus_per_node, rank_nodes, latency_emulated_s).
     """
     from ddlstudy.cluster.engines import Cluster

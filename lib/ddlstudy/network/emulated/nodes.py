@@ -17,7 +17,7 @@ all-reduce assumes (DDLSTUDY_GPUS_PER_NODE is set on the engines). `start_node_c
 the mapping after start and refuses a cluster where it does not hold.
 
 Latency: with `latency_s` > 0 every engine gets DDLSTUDY_LATENCY_S and DDLSTUDY_RANK_NODES, and the
-Comm harness's transport delays each inter-node message (ddlstudy.network.emulated.latency).
+Comm harness's transport delays each inter-node message (ddlstudy.collectives.latency).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ddlstudy.network.emulated import latency as lat
+from ddlstudy.collectives import latency as lat
 from ddlstudy.network.emulated import netem
 
 GPN_ENV = "DDLSTUDY_GPUS_PER_NODE"  # read by ddlstudy.collectives.hierarchical
