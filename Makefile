@@ -19,9 +19,10 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/build_horovod.sh
+$(STAMP): pyproject.toml constraints.txt scripts/build_horovod.sh
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[dev,tf,docs]' -c constraints.txt
+	$(PY) -m pip check
 	scripts/build_horovod.sh $(VENV)  # Horovod 0.28.1 from source, once; the wheel is cached in ~/.cache/ddlstudy/wheels
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "ddlstudy (.venv)" >/dev/null
 	touch $(STAMP)
