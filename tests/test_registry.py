@@ -44,6 +44,7 @@ SELECTIONS = {
     ("chapters/ch04_utilization_traffic.py", "STRATEGIES"): "Shi 2019's pair: PS vs ring",
     ("chapters/ch08_convergence.py", "RING_BASED"): "Fourie 2019's ring-based side",
     ("chapters/ch08_convergence.py", "TREE_BASED"): "Fourie 2019's tree/butterfly side",
+    ("report/book.py", "LEAD_MODELS"): "the order the landing page tries chapter 03's models",
 }
 
 

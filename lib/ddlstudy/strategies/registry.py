@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ddlstudy.registry import Registry, resolve
@@ -202,6 +203,12 @@ register_strategy(StrategySpec(
     options=("bucket_mb",),
     summary="ps_overlap with S = N servers co-located, each worker serving 1/N (BytePS)"))
 
+def _lazy_missing(target: str) -> str | None:
+    """A strategy's `missing` check named as "module:function", imported when asked (a
+    partial of this pickles to the engines; a lambda would not)."""
+    return resolve(target)()
+
+
 register_strategy(StrategySpec(
     "zero1", "ddlstudy.strategies.zero:Zero1", family="allreduce", options=("bucket_mb",),
     summary="ZeRO stage 1: reduce-scatter gradients, sharded optimizer state, all-gather weights"))
@@ -213,7 +220,7 @@ register_strategy(StrategySpec(
     summary="ZeRO stage 3: + parameters sharded, all-gathered per module in forward and backward"))
 register_strategy(StrategySpec(
     "fsdp", "ddlstudy.strategies.fsdp:FSDP", family="allreduce", bytes_source="analytic",
-    missing=lambda: resolve("ddlstudy.strategies.fsdp:missing")(),
+    missing=partial(_lazy_missing, "ddlstudy.strategies.fsdp:missing"),
     summary="torch FSDP2 fully_shard per module (gloo on CPU): the library's ZeRO-3"))
 register_strategy(StrategySpec(
     "ddp_fp16", "ddlstudy.strategies.compression:DDPFp16", family="allreduce",
@@ -222,7 +229,7 @@ register_strategy(StrategySpec(
 register_strategy(StrategySpec(
     "ddp_bf16", "ddlstudy.strategies.compression:DDPBf16", family="allreduce",
     options=("bucket_mb",), bytes_source="analytic",
-    missing=lambda: resolve("ddlstudy.strategies.compression:bf16_missing")(),
+    missing=partial(_lazy_missing, "ddlstudy.strategies.compression:bf16_missing"),
     summary="DDP, buckets all-reduced in bfloat16 (torch's bf16_compress_hook)"))
 register_strategy(StrategySpec(
     "ddp_powersgd1", "ddlstudy.strategies.compression:DDPPowerSGD1", family="allreduce",

@@ -35,6 +35,7 @@ from ddlstudy.analysis.costmodel.step import (
 )
 from ddlstudy.network.profiles import PROFILES
 from ddlstudy.testbeds import catalog
+from ddlstudy.workload.catalog import SHAPES
 
 # (a)'s fit configuration, chosen before looking at any error: one profile, one strategy, one
 # model family, one GPU per node (all reference cells have one).
@@ -198,7 +199,7 @@ def predict_point(point: catalog.PublishedPoint, c: Constants = SETTINGS_ALONE,
                                               (intra_why, intra is not None)) if not ok)
         return row
     row["skipped"] = ""
-    shape = point.shape if point.shape in ("cifar", "imagenet", "mnist") else "imagenet"
+    shape = point.shape if point.shape in SHAPES else "imagenet"  # a registered input shape
     sizes = tuple(sizes) if sizes is not None else _step.gradient_bytes(point.study_model, shape)
     k = min(point.gpus_per_node, point.gpus)
     if point.strategy == "allreduce":
