@@ -1,5 +1,9 @@
 """Study parameters: layered YAML files, validated in one place, where every default lives.
 
+Long because: it is the one schema, a class per section with every field's default and bound,
+and StudyParams' cross-section checks need them side by side. The bounds that need no schema
+are in `bounds.py`, the bounded YAML reader in `reader.py`.
+
 Files layer like papermill's `-f`: later files override earlier ones key by key (mappings merge,
 lists and scalars replace). A bad key, type or value stops with one line naming the file, the key
 and the fix, never a traceback.
@@ -9,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +32,33 @@ from pydantic_core import PydanticCustomError
 
 from ddlstudy.chapters.registry import CHAPTER_NAMES
 from ddlstudy.collectives.registry import ALGORITHMS
+from ddlstudy.config.bounds import (  # noqa: F401 - params.X keeps working
+    BUFFERS_PER_RANK,
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_LINE,
+    MAX_NODES,
+    MAX_SEED,
+    MAX_TIMEOUT_S,
+    MIN_INTERVAL_S,
+    RUN_ID,
+    ParamsError,
+    _escape,
+    _project_root,
+    _short,
+    collective_memory_problem,
+    machine_memory,
+    parse_size,
+    replay_source_problem,
+)
+from ddlstudy.config.reader import (  # noqa: F401 - params.X keeps working
+    _BoundedLoader,
+    _expanded_size,
+    _flow_depth,
+    _read_text,
+    _read_yaml,
+    deep_merge,
+)
 from ddlstudy.network.profiles import MIN_SCALE, PROFILES
 from ddlstudy.registry import LiveNames
 from ddlstudy.strategies.registry import STRATEGIES, get_strategy, servers_for
@@ -49,78 +79,6 @@ SHAPE_NAMES = LiveNames(lambda: SHAPES)
 NETWORKS = LiveNames(lambda: ("none", *PROFILES))
 # The chapters, from the one chapter registry (ddlstudy.chapters.registry): a live view.
 CHAPTERS = CHAPTER_NAMES
-
-# Input limits: a params file is a few KB (the largest here, default.yaml, is under 8 KiB);
-# these stop a small file allocating gigabytes. The size is checked before anything is parsed:
-# PyYAML composes every node before it can count them, ~3.7 KB of memory per key (60,000 keys in
-# a 1 MiB file took 226 MB), so 64 KiB bounds a refused file to a few MB.
-MAX_FILE_BYTES = 64 << 10
-MAX_NODES = 20_000  # YAML nodes after alias expansion (an alias bomb multiplies them)
-MAX_DEPTH = 32  # mapping/list nesting
-MAX_LINE = 300  # characters of an error line
-MAX_TIMEOUT_S = 86_400.0  # a day
-MAX_SEED = 2**32 - 1  # numpy's seed range
-MIN_INTERVAL_S = 0.01  # the monitor's sampling interval: psutil and /proc cannot do better
-BUFFERS_PER_RANK = 2  # a collective holds its input and its result on every rank
-RUN_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"  # a plain name: no separators, no . or ..
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
-
-
-class ParamsError(ValueError):
-    """One line: which file, which key, what is wrong, how to fix it. Control bytes a user
-    typed (a key with terminal escapes) are shown escaped, never sent to the terminal raw."""
-
-    def __init__(self, message: object = "") -> None:
-        super().__init__(_escape(str(message)))
-
-
-def _escape(text: str) -> str:
-    """`text` with line breaks as spaces and other control bytes escaped ('\\x1b')."""
-    return "".join(c if c.isprintable() else " " if c in "\n\r\t" else repr(c)[1:-1]
-                   for c in text)
-
-
-def parse_size(value: int | str) -> int:
-    """'64M' -> 67108864 (K/M/G are powers of 1024, as nccl-tests' -b/-e)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size; write e.g. 8, 8K, 64M or 1G")
-    if isinstance(value, int):
-        return value
-    m = _SIZE.match(str(value))
-    if not m:
-        raise ValueError(f"{value!r} is not a size; write e.g. 8, 8K, 64M or 1G")
-    number, unit = float(m.group(1)), (m.group(2) or "B").upper()[:1]
-    return int(number * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
-
-
-def collective_memory_problem(max_bytes: int, ranks: int, what: str = "max_bytes") -> str | None:
-    """None when `ranks` local ranks, each holding BUFFERS_PER_RANK buffers of `max_bytes`, fit
-    this machine's memory; else the one-line problem (flags and params share it)."""
-    need = max_bytes * ranks * BUFFERS_PER_RANK
-    have = machine_memory()
-    if need > have:
-        return (f"{what} {max_bytes} bytes x {ranks} ranks x {BUFFERS_PER_RANK} buffers = {need} "
-                f"bytes is more than this machine's memory ({have} bytes); ask for less")
-    return None
-
-
-def replay_source_problem(source: str) -> str | None:
-    """None when a replay source can be read: 'measured', 'gpu', a stored table's name or an
-    existing CSV file; else the one-line problem (checked before anything starts)."""
-    from ddlstudy.workload.replay import TABLES
-
-    if source in ("measured", "gpu") or (TABLES / f"{source}.csv").is_file():
-        return None
-    path = Path(source)
-    if not path.is_absolute() and not path.exists():
-        path = _project_root() / path
-    if path.is_file():
-        return None
-    stored = ", ".join(sorted(p.stem for p in TABLES.glob("*.csv")))
-    return (f"replay table {source!r} not found: use 'measured', 'gpu', one of [{stored}], or "
-            "an existing CSV path")
-
 
 def _replay_source(v: str) -> str:
     problem = replay_source_problem(v)
@@ -187,20 +145,6 @@ AlgorithmName = Annotated[str, AfterValidator(_one_algorithm)]
 ModelNames = Annotated[list[str], AfterValidator(_model_names)]
 ModelList = Annotated[list[str], AfterValidator(_nonempty_models)]  # at least one
 ModelName = Annotated[str, AfterValidator(_one_model)]
-
-
-def _project_root() -> Path:
-    """The checkout (records paths in params are relative to it)."""
-    from ddlstudy.records.store import project_root
-
-    return project_root()
-
-
-def machine_memory() -> int:
-    """Bytes of memory here: the bound on any size a params file may ask for."""
-    import psutil
-
-    return int(psutil.virtual_memory().total)
 
 
 def _is_numeric(annotation: Any) -> bool:
@@ -759,152 +703,6 @@ def _known(values: list[str], valid: Sequence[str], what: str) -> list[str]:
     if bad:
         raise ValueError(f"unknown {what} {bad[0]!r}; choose from {', '.join(valid)}")
     return values
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, deep nesting and alias bombs before building
-    anything: the composed node graph is measured as if every alias were expanded."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (dict, list)):
-                raise ParamsError(f"line {key_node.start_mark.line + 1}: a key must be a "
-                                  "plain name, not a mapping or list")
-            if key in seen:
-                raise ParamsError(f"line {key_node.start_mark.line + 1}: duplicate key "
-                                  f"{_short(key)}; keep one")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-    def get_single_data(self) -> Any:
-        node = self.get_single_node()
-        if node is None:
-            return None
-        _expanded_size(node, 0, {}, set())
-        return self.construct_document(node)
-
-
-def _expanded_size(node: yaml.Node, depth: int, memo: dict[int, int], active: set[int]) -> int:
-    """Nodes under `node` with aliases expanded (memoised per node, so the walk is linear)."""
-    if depth > MAX_DEPTH:
-        raise ParamsError(f"line {node.start_mark.line + 1}: nested more than {MAX_DEPTH} "
-                          "levels deep; flatten it")
-    if id(node) in memo:
-        return memo[id(node)]
-    if id(node) in active:
-        raise ParamsError(f"line {node.start_mark.line + 1}: an alias refers to itself; "
-                          "remove the recursive alias")
-    active.add(id(node))
-    total = 1
-    if isinstance(node, yaml.SequenceNode):
-        children = list(node.value)
-    elif isinstance(node, yaml.MappingNode):
-        children = [n for pair in node.value for n in pair]
-    else:
-        children = []
-    for child in children:
-        total += _expanded_size(child, depth + 1, memo, active)
-        if total > MAX_NODES:
-            raise ParamsError(f"expands to more than {MAX_NODES} values (YAML aliases?); a "
-                              "params file is a few keys, write them out")
-    active.discard(id(node))
-    memo[id(node)] = total
-    return total
-
-
-def _read_text(path: Path) -> str:
-    """The file as text, or one line on why it cannot be a params file."""
-    if not path.exists():
-        raise ParamsError(f"{path}: params file not found; pass an existing file, e.g. "
-                          "params/default.yaml")
-    if not path.is_file():
-        raise ParamsError(f"{path}: not a regular file (a directory?); pass a YAML file")
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ParamsError(f"{path}: {size} bytes is over the {MAX_FILE_BYTES}-byte limit "
-                              "for a params file; is this the right file?")
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise ParamsError(f"{path}: cannot read ({err.strerror or err}); check the path and "
-                          "permissions") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ParamsError(f"{path}: over the {MAX_FILE_BYTES}-byte limit for a params file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = "\0"
-    if "\0" in text or any(ord(c) < 32 and c not in "\t\n\r" for c in text):
-        raise ParamsError(f"{path}: binary data, not YAML text; pass a params .yaml file")
-    return text
-
-
-def _flow_depth(text: str) -> int:
-    """Deepest [ / { nesting outside quotes and comments, in one linear pass: PyYAML's
-    scanner is quadratic in it (20,000 brackets take minutes), so it is checked first."""
-    depth = deepest = 0
-    quote = ""
-    prev = "\n"
-    for ch in text:
-        if quote:
-            if ch == quote or (ch == "\n" and quote == "#"):
-                quote = ""
-        elif ch in "'\"" and prev in " \t\n[{,:":
-            quote = ch
-        elif ch == "#" and prev in " \t\n":
-            quote = "#"
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-        prev = ch
-    return deepest
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    text = _read_text(path)
-    if _flow_depth(text) > MAX_DEPTH:
-        raise ParamsError(f"{path}: brackets nested more than {MAX_DEPTH} levels deep; "
-                          "flatten it")
-    try:
-        data = yaml.load(text, Loader=_BoundedLoader) or {}  # noqa: S506 - a SafeLoader
-    except ParamsError as err:
-        raise ParamsError(f"{path}: {err}") from None
-    except RecursionError:
-        raise ParamsError(f"{path}: nested too deeply to parse; flatten it") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ParamsError(f"{path}:{where} is not valid YAML "
-                          f"({_short(getattr(err, 'problem', err), 80)}); fix the syntax"
-                          ) from None
-    except (ValueError, TypeError) as err:  # e.g. an int of more than 4300 digits
-        raise ParamsError(f"{path}: a value cannot be read ({_short(str(err), 80)}); fix it"
-                          ) from None
-    if not isinstance(data, dict):
-        raise ParamsError(f"{path}: top level must be a mapping of keys (run_id:, cluster:, ...), "
-                          f"not a {type(data).__name__}")
-    return data
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """repr of a value cut to `limit` characters: error lines stay readable."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_params(*paths: str | Path, check_data: bool = True) -> StudyParams:

@@ -1,5 +1,8 @@
 """The report a reader opens: a run's executed notebooks rendered as a Sphinx book.
 
+Long because: the cleaning rules (outputs, captions, folded logs) and the landing page are one
+rendering pass over the same pages; the claims page is in `claims_view.py`, the PDF in `pdf.py`.
+
 Sphinx + myst-nb + sphinx-book-theme (Jupyter Book 1's stack; docs/book.md says why not Quarto)
 render cleaned *copies* of `outputs/<run_id>/*.ipynb` without re-running them
 (`nb_execution_mode = "off"`). The copies lose what is noise to a reader (stderr, tqdm bars and

@@ -152,7 +152,7 @@ class TrainConfig:
         if not (0 < self.lr < math.inf and 0 < self.bucket_mb <= 1 << 16):
             raise ValueError(f"lr must be finite and > 0 and bucket_mb in (0, 65536], got "
                              f"lr={self.lr}, bucket_mb={self.bucket_mb}")
-        from ddlstudy.config.params import MAX_SEED, replay_source_problem
+        from ddlstudy.config.bounds import MAX_SEED, replay_source_problem
 
         if not 0 <= self.momentum < 1:  # NaN fails this too
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")

