@@ -25,7 +25,7 @@ def test_process_group_and_pingpong(cluster: Cluster) -> None:
     assert rows[1] == [] and rows[2] == []
     assert [(r["peer"], r["size_bytes"]) for r in rows[0]] == [(1, 8), (1, 4096), (2, 8),
                                                               (2, 4096)]
-    assert all(r["latency_us"] > 0 and r["bandwidth_gbps"] > 0 for r in rows[0])
+    assert all(r["latency_us"] > 0 and r["bandwidth_GBps"] > 0 for r in rows[0])
 
 
 def test_world_size_larger_than_cluster_is_a_clear_error(cluster: Cluster) -> None:

@@ -22,7 +22,7 @@ from ddlstudy.bench import collectives as bench
 
 ALGS = list(C.ALGORITHMS)
 REQUIRED = ["algorithm", "ranks", "size_bytes", "count", "dtype", "time_p50_s", "time_min_s",
-            "time_max_s", "algbw_gbps", "busbw_gbps", "wrong", "sent_bytes", "recv_bytes"]
+            "time_max_s", "algbw_GBps", "busbw_GBps", "wrong", "sent_bytes", "recv_bytes"]
 
 
 def _cases(p: int) -> list[dict]:
@@ -178,7 +178,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def test_bench_cli_end_to_end(cluster, tmp_path, capsys):
     out = tmp_path / "bench"
     args = _parse(["-b", "8", "-e", "1K", "-n", "2", "-w", "1", "--ranks", "2",
-                   "--algorithms", "ring,reference", "-r", "2", "--out", str(out)])
+                   "--algorithms", "ring,reference", "--repeats", "2", "--out", str(out)])
     assert bench.main(args, cluster=cluster) == 0
     df = __import__("pandas").read_csv(out / "collectives.csv")
     assert set(REQUIRED) <= set(df.columns)

@@ -131,7 +131,7 @@ def test_networks_are_sane():
     # 100 MB ring all-reduce on 8 ranks over 1GbE: bandwidth term 2*7/8*1e8*8e-9 = 1.4 s
     t = M.predict_network("ring", 1e8, 8, "1GbE")
     assert t == pytest.approx(1.4 + 14 * 50e-6)
-    assert not math.isnan(M.predict_table(["ring"], [8], [2], A, B, G)["busbw_gbps"][0])
+    assert not math.isnan(M.predict_table(["ring"], [8], [2], A, B, G)["busbw_GBps"][0])
 
 
 # ----------------------------------------------------------------------------- the step model

@@ -44,7 +44,7 @@ def _summary() -> pd.DataFrame:
 def _collectives() -> pd.DataFrame:
     return pd.DataFrame([{"algorithm": a, "ranks": r, "size_bytes": s, "repeat": k,
                           "time_p50_s": 1e-5 * s ** 0.8 * (2 if a == "tree" else 1),
-                          "busbw_gbps": s / 1e6, "rel_error": 0.05 * (k - 0.5)}
+                          "busbw_GBps": s / 1e6, "rel_error": 0.05 * (k - 0.5)}
                          for a in ("ring", "tree") for r in (2, 4) for s in (8, 1024, 65536)
                          for k in range(2)])
 
@@ -79,7 +79,7 @@ CASES: dict[str, Callable[[], Figure]] = {
     "collective_busbw_vs_size": lambda: plots.collective_busbw_vs_size(_collectives(), 1.0),
     "costmodel_residuals": lambda: plots.costmodel_residuals(_collectives()),
     "p2p_bandwidth": lambda: plots.p2p_bandwidth(pd.DataFrame(
-        [{"peer": p, "size_bytes": s, "bandwidth_gbps": s / 1e5, "latency_us": 5 + s / 1e3}
+        [{"peer": p, "size_bytes": s, "bandwidth_GBps": s / 1e5, "latency_us": 5 + s / 1e3}
          for p in (1, 2) for s in (8, 1024, 1 << 20)])),
     "throughput_vs_workers": lambda: plots.throughput_vs_workers(_summary(), "throughput"),
     "throughput_with_excluded": lambda: plots.throughput_with_excluded(_summary(), "t"),

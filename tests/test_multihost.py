@@ -149,12 +149,12 @@ def test_rendezvous_on_the_bridge_network(hosts: Any, ssh_cluster: Any) -> None:
     # and the 4 MiB messages went through h0's and their tbf qdiscs
     from ddlstudy.network.profiles import PROFILES
 
-    limit_gbps = PROFILES[PROFILE].rate_bps / 8 / 1e9 * 1.05
-    big = {r["peer"]: r["bandwidth_gbps"] for r in rows if r["size_bytes"] == 4 << 20}
+    limit_GBps = PROFILES[PROFILE].rate_bps / 8 / 1e9 * 1.05
+    big = {r["peer"]: r["bandwidth_GBps"] for r in rows if r["size_bytes"] == 4 << 20}
     moved = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before, strict=True)]
-    log(f"ping-pong 4 MiB GB/s per peer {big} (link {PROFILE}: {limit_gbps / 1.05:.3f} GB/s); "
+    log(f"ping-pong 4 MiB GB/s per peer {big} (link {PROFILE}: {limit_GBps / 1.05:.3f} GB/s); "
         f"tbf bytes up/down per host {moved}")
-    assert big[2] <= limit_gbps and big[3] <= limit_gbps
+    assert big[2] <= limit_GBps and big[3] <= limit_GBps
     assert all(min(up, down) > 3 * (4 << 20) for up, down in moved)  # 5 round trips each
 
 

@@ -67,9 +67,9 @@ def collective_time_vs_size(df: pd.DataFrame, title: str = "") -> Figure:
     return style.finish(grid.figure, df, "measured")
 
 
-def collective_busbw_vs_size(df: pd.DataFrame, p2p_gbps: float | None = None,
+def collective_busbw_vs_size(df: pd.DataFrame, p2p_GBps: float | None = None,
                              title: str = "") -> Figure:
-    grid = sns.relplot(data=df, x="size_bytes", y="busbw_gbps", hue="algorithm", col="ranks",
+    grid = sns.relplot(data=df, x="size_bytes", y="busbw_GBps", hue="algorithm", col="ranks",
                        kind="line", marker="o", **MEDIAN_CI, height=3.6, aspect=1.2,
                        palette=style.palette(df["algorithm"]))
     grid.set_titles("{col_name} ranks")
@@ -77,9 +77,9 @@ def collective_busbw_vs_size(df: pd.DataFrame, p2p_gbps: float | None = None,
         _bytes_axis(ax)
         ax.set_xlabel("message size (bytes per rank)")
         ax.set_ylabel("busbw (GB/s)")
-        if p2p_gbps:
-            ax.axhline(p2p_gbps, color="k", ls="--", lw=1)
-            ax.annotate("point-to-point", (ax.get_xlim()[0], p2p_gbps), fontsize=8,
+        if p2p_GBps:
+            ax.axhline(p2p_GBps, color="k", ls="--", lw=1)
+            ax.annotate("point-to-point", (ax.get_xlim()[0], p2p_GBps), fontsize=8,
                         va="bottom")
     style.title(grid.figure, title or "Bus bandwidth (algbw x 2(n-1)/n)", facets=True)
     return style.finish(grid.figure, df, "measured")
@@ -104,7 +104,7 @@ def p2p_bandwidth(df: pd.DataFrame, title: str = "") -> Figure:
     """Wang (NCHC)'s Fig. 2: node-to-node bandwidth and latency vs message size."""
     fig, (bw, lat) = plt.subplots(1, 2, figsize=(10, 3.6))
     df = df.assign(peer=df["peer"].astype(str))
-    sns.lineplot(data=df, x="size_bytes", y="bandwidth_gbps", hue="peer", marker="o", ax=bw,
+    sns.lineplot(data=df, x="size_bytes", y="bandwidth_GBps", hue="peer", marker="o", ax=bw,
                  **MEDIAN_CI)
     sns.lineplot(data=df, x="size_bytes", y="latency_us", hue="peer", marker="o", ax=lat,
                  **MEDIAN_CI)

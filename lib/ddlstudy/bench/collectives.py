@@ -26,7 +26,7 @@ from ddlstudy.cluster.engines import pingpong
 from ddlstudy.config import params
 
 COLUMNS = ["algorithm", "ranks", "size_bytes", "count", "dtype", "op", "time_p50_s", "time_min_s",
-           "time_max_s", "algbw_gbps", "busbw_gbps", "wrong", "max_abs_err", "sent_bytes",
+           "time_max_s", "algbw_GBps", "busbw_GBps", "wrong", "max_abs_err", "sent_bytes",
            "recv_bytes", "sent_msgs", "recv_msgs", "traffic_counted", "iters", "repeat", "error"]
 CELL_KEY = ["algorithm", "ranks", "size_bytes", "dtype", "op", "repeat"]
 
@@ -106,9 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output folder (outputs/collectives-<time>)")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                         help="count #wrong against a float64 reference (on)")
-    parser.add_argument("--profile", default=None,
+    parser.add_argument("--ipp-profile", dest="profile", default=None,
                         help="connect to this ipyparallel profile instead of local engines")
-    parser.add_argument("-r", "--repeats", type=_repeats, default=3,
+    parser.add_argument("--repeats", type=_repeats, default=3,
                         help="interleaved repeats of the whole grid (3); one row per repeat")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds any one collective may take before it is an error")
@@ -126,8 +126,8 @@ def _cell(cluster: Any, p: int, alg: str, count: int, dtype: str, op: str, iters
     row: dict[str, Any] = {
         "algorithm": alg, "ranks": p, "size_bytes": size, "count": count, "dtype": dtype,
         "op": op, "time_p50_s": t50, "time_min_s": float(times.min()),
-        "time_max_s": float(times.max()), "algbw_gbps": algbw,
-        "busbw_gbps": algbw * 2 * (p - 1) / p, "wrong": -1, "max_abs_err": float("nan"),
+        "time_max_s": float(times.max()), "algbw_GBps": algbw,
+        "busbw_GBps": algbw * 2 * (p - 1) / p, "wrong": -1, "max_abs_err": float("nan"),
         "sent_bytes": max(r["sent_bytes"] for r in per_rank),
         "recv_bytes": max(r["recv_bytes"] for r in per_rank),
         "sent_msgs": max(r["sent_msgs"] for r in per_rank),
@@ -264,8 +264,8 @@ def _line(row: dict[str, Any]) -> str:
                 f"{row['algorithm']:>19}  ERROR {row['error']}")
     vals = [row["size_bytes"], row["count"], row["dtype"], row["algorithm"],
             f"{row['time_p50_s'] * 1e6:.1f}", f"{row['time_min_s'] * 1e6:.1f}",
-            f"{row['time_max_s'] * 1e6:.1f}", f"{row['algbw_gbps']:.2f}",
-            f"{row['busbw_gbps']:.2f}", "N/A" if row["wrong"] < 0 else row["wrong"]]
+            f"{row['time_max_s'] * 1e6:.1f}", f"{row['algbw_GBps']:.2f}",
+            f"{row['busbw_GBps']:.2f}", "N/A" if row["wrong"] < 0 else row["wrong"]]
     return " ".join(str(v).rjust(w) for v, (_, w) in zip(vals, _FMT, strict=True))
 
 
@@ -363,7 +363,7 @@ def _main_owned(args: argparse.Namespace, cluster: Any, out: Path, sizes: list[i
     print("\n" + summary(df))
     for r in p2p.itertuples():
         print(f"point-to-point rank 0 <-> 1 ({r.ranks} ranks up), {r.size_bytes} B one-way: "
-              f"{r.time_p50_s * 1e6:.1f} us, {r.bandwidth_gbps:.2f} GB/s (busbw ceiling)")
+              f"{r.time_p50_s * 1e6:.1f} us, {r.bandwidth_GBps:.2f} GB/s (busbw ceiling)")
     n_failed = int(failed(df).sum())
     n_wrong = int((df["wrong"].fillna(0) > 0).sum())
     print(f"wrote {out}/collectives.csv ({len(df)} rows), p2p.csv, meta.json")

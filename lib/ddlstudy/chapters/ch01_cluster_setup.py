@@ -64,7 +64,7 @@ def text(setup: Setup, repeats: int) -> str:
     info, p2p = setup.info, setup.p2p
     big = p2p[p2p["size_bytes"] == p2p["size_bytes"].max()]
     small = p2p[p2p["size_bytes"] == p2p["size_bytes"].min()]
-    lat, bw = stats.median_ci(small["latency_us"]), stats.median_ci(big["bandwidth_gbps"])
+    lat, bw = stats.median_ci(small["latency_us"]), stats.median_ci(big["bandwidth_GBps"])
     local = info["host"].nunique() == 1
     return (
         f"Over {repeats} repeat(s) and {p2p['peer'].nunique()} peer(s): one-way latency at "

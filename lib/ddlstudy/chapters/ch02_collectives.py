@@ -57,9 +57,9 @@ def record(out: Path, bench: pd.DataFrame, p2p: pd.DataFrame, med: pd.DataFrame)
     assert int(bench["wrong"].sum()) == 0, "an algorithm returned wrong sums: see the #wrong column"
 
 
-def p2p_gbps(p2p: pd.DataFrame) -> float | None:
+def p2p_GBps(p2p: pd.DataFrame) -> float | None:
     """The best point-to-point copy rate measured beside the bench (None if none was)."""
-    return float(p2p["bandwidth_gbps"].max()) if len(p2p) else None
+    return float(p2p["bandwidth_GBps"].max()) if len(p2p) else None
 
 
 def time_figure(bench: pd.DataFrame, repeats: int, out: Path) -> Figure:
@@ -73,7 +73,7 @@ def time_figure(bench: pd.DataFrame, repeats: int, out: Path) -> Figure:
 
 def busbw_figure(bench: pd.DataFrame, p2p: pd.DataFrame, out: Path) -> Figure:
     """Bus bandwidth vs size against the point-to-point rate, saved as `busbw_vs_size.png`."""
-    fig = plots.collective_busbw_vs_size(bench, p2p_gbps(p2p))
+    fig = plots.collective_busbw_vs_size(bench, p2p_GBps(p2p))
     plots.save(fig, out, "busbw_vs_size")
     return fig
 
@@ -160,7 +160,7 @@ def _fit_text(fit: dict[str, Any], ok: pd.DataFrame, host_names: set[str], p: in
                else "") + f" (median relative error {fit['median_abs_rel_err']:.0%}).")
     if len(host_names) == 1:
         at = ok[ok["size_bytes"] == large]
-        top = float(at.groupby("algorithm")["busbw_gbps"].median().max())  # median of repeats
+        top = float(at.groupby("algorithm")["busbw_GBps"].median().max())  # median of repeats
         text += (" Every rank ran on one host, so a byte sent (beta) and a byte reduced (gamma) "
                  "are both memory copies through the same memory bandwidth, which the ranks share: "
                  "the fit cannot separate them, and its error is that contention, not a network; "
@@ -192,4 +192,4 @@ def text(bench: pd.DataFrame, p2p: pd.DataFrame, fit: dict[str, Any], host_names
         "sequential messages: $\\lg p$ for butterfly and tree, $2(p-1)$ for the ring) and large "
         "ones bandwidth bound (ring, Rabenseifner and sharded PS move $2(p-1)/p$ of the buffer "
         "per rank; tree and butterfly the whole buffer $\\lg p$ times). "
-        + _fit_text(fit, ok, host_names, p, large, p2p_gbps(p2p)))
+        + _fit_text(fit, ok, host_names, p, large, p2p_GBps(p2p)))

@@ -69,13 +69,13 @@ def background(folder: Path) -> str:
 def cluster_setup(folder: Path) -> str:
     """Chapter 01: how many engines on how many hosts, ping-pong latency and bandwidth."""
     engines = _table(folder, "engines", "host", "device")
-    p2p = _table(folder, "p2p", "size_bytes", "latency_us", "bandwidth_gbps")
+    p2p = _table(folder, "p2p", "size_bytes", "latency_us", "bandwidth_GBps")
     small = p2p.loc[p2p["size_bytes"].idxmin()]
     big = p2p.loc[p2p["size_bytes"].idxmax()]
     devices = ", ".join(sorted(engines["device"].astype(str).unique()))
     return (f"{len(engines)} engines on {engines['host'].nunique()} host(s), devices: "
             f"{devices}. Node-to-node ping-pong took {small.latency_us:.0f} us at "
-            f"{_size(small.size_bytes)} and reached {big.bandwidth_gbps:.3g} GB/s at "
+            f"{_size(small.size_bytes)} and reached {big.bandwidth_GBps:.3g} GB/s at "
             f"{_size(big.size_bytes)}.")
 
 

@@ -16,7 +16,7 @@ The launcher must start exactly workers + servers processes (a PS strategy's ser
 last ranks). Every process runs the same driver logic as `python -m ddlstudy.train` on the
 results all ranks gathered (`SpmdCluster`), so they agree on every chunk; rank 0 alone prints
 and writes steps.csv, summary.csv, chunks.csv and meta.json, the same records. Emulated
-networks (--network), --profile and fault injection / checkpoints (a launcher restarts its own
+networks (--network), --ipp-profile and fault injection / checkpoints (a launcher restarts its own
 processes) are not offered here.
 
 Imports neither ipyparallel nor pydantic: it runs where only torch, numpy, pandas and tqdm are.
@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.profile:
-        parser.error("--profile connects to ipyparallel engines; under torchrun/srun the "
-                     "launcher's processes are the ranks: drop --profile")
+        parser.error("--ipp-profile connects to ipyparallel engines; under torchrun/srun the "
+                     "launcher's processes are the ranks: drop --ipp-profile")
     if args.checkpoint_every is not None or args.fail_worker is not None:
         parser.error("checkpoints and fault injection need ddlstudy's own engines (python -m "
                      "ddlstudy.train); under torchrun/srun restart with the launcher")

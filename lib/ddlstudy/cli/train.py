@@ -88,8 +88,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
     a("--dtype", default=d.dtype, choices=["float32", "float64"])
     a("--seed", type=int, default=d.seed)
     a("--hidden", type=int, default=None, help="mlp: width of the second hidden layer")
-    a("--profile", default=None, help="connect to a running ipyparallel profile instead of "
-      "starting local engines")
+    a("--ipp-profile", dest="profile", default=None,
+      help="connect to a running ipyparallel profile instead of starting local engines")
     a("--timeout", type=float, default=120.0, help="seconds any one communication may block")
     a("--compute", default=d.compute, choices=["real", "replay"], help="real: forward + "
       "backward; replay: wait the reference device's time instead (default real)")
@@ -136,7 +136,7 @@ def check_node_args(args: argparse.Namespace) -> str | None:
 
 
 def check_network_args(args: argparse.Namespace) -> str | None:
-    """None when --network/--scale/--profile can be honoured here, else the one-line problem."""
+    """None when --network/--scale/--ipp-profile can be honoured here, else the one-line problem."""
     from ddlstudy.network.emulated import netem
 
     if args.network == "none":
@@ -150,7 +150,7 @@ def check_network_args(args: argparse.Namespace) -> str | None:
         return (f"--scale must be in [{MIN_SCALE:g}, 1] (the emulation's slowest rate is 1GbE x "
                 f"{MIN_SCALE:g}), got {args.scale:g}")
     if getattr(args, "profile", None):
-        return "--network starts local engines in namespaces; drop --profile"
+        return "--network starts local engines in namespaces; drop --ipp-profile"
     ok, why = netem.available()
     if not ok:
         return f"--network {args.network} cannot be emulated here: {why}; run as root or drop " \
@@ -166,7 +166,7 @@ def check_fault_args(args: argparse.Namespace, config: TrainConfig) -> str | Non
     remote = args.network != "none" or getattr(args, "profile", None)
     if not remote or not fault_tolerant(config) or continues_without_dead(config):
         return None
-    where = f"--network {args.network}" if args.network != "none" else "--profile"
+    where = f"--network {args.network}" if args.network != "none" else "--ipp-profile"
     return (f"{config.strategy} recovers from a dead worker on fresh engines, which only local "
             f"engines without an emulated network can start: drop {where}, or --fail-worker / "
             "--checkpoint-every (ps_async goes on without restarting)")

@@ -244,7 +244,7 @@ def pingpong(sizes: Sequence[int], iters: int = 10, warmup: int = 2,
                 rows.append({"peer": peer, "size_bytes": buf.numel(),
                              "latency_us": one_way * 1e6, "time_p50_s": one_way,
                              "time_min_s": min(times), "time_max_s": max(times),
-                             "bandwidth_gbps": buf.numel() / one_way / 1e9})
+                             "bandwidth_GBps": buf.numel() / one_way / 1e9})
         dist.barrier()
     return rows
 
@@ -930,7 +930,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddlstudy.cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2, help="local engines to start")
-    parser.add_argument("--profile", help="connect to a running ipyparallel profile instead")
+    parser.add_argument("--ipp-profile", dest="profile",
+                        help="connect to a running ipyparallel profile instead")
     parser.add_argument("--launcher", default="local", choices=["local", "ssh", "slurm", "mpi"],
                         help="how engines start (ipyparallel's launchers; docs/cluster.md)")
     parser.add_argument("--hosts", help="name:slots,name:slots (ssh, mpi; slurm: --nodelist)")
@@ -975,7 +976,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\nrendezvous: {cluster.init_method}")
                 rows = cluster.run(pingpong, sizes, args.iters)[0]
                 print(f"\nping-pong rank 0 <-> peer (one-way, median of {args.iters}):")
-                print(format_table(rows, ["peer", "size_bytes", "latency_us", "bandwidth_gbps"]))
+                print(format_table(rows, ["peer", "size_bytes", "latency_us", "bandwidth_GBps"]))
     except (ClusterError, ValueError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

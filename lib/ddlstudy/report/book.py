@@ -138,7 +138,7 @@ class PageContext:
 _FLOAT_CELL = re.compile(r"(<td[^>]*>)\s*(-?\d+\.\d{4,}(?:e[-+]?\d+)?|-?\d+(?:\.\d+)?e[-+]?\d+)"
                          r"\s*(</td>)")
 _NAN_CELL = re.compile(r"(<td[^>]*>)\s*(?:NaN|nan|None|&lt;NA&gt;|<NA>|NaT)\s*(</td>)")
-UNITS = (("_per_sec", "/s"), ("_per_s", "/s"), ("_bytes", "bytes"), ("_gbps", "GB/s"),
+UNITS = (("_per_sec", "/s"), ("_per_s", "/s"), ("_bytes", "bytes"), ("_GBps", "GB/s"),
          ("_mbps", "MB/s"), ("_pct", "%"), ("_us", "\u00b5s"), ("_ms", "ms"), ("_s", "s"),
          ("_mb", "MiB"), ("_gb", "GB"))
 

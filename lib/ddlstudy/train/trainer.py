@@ -301,7 +301,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     if tolerant and not continues_without_dead(config) and not getattr(cluster, "can_restart",
                                                                         False):
         raise ValueError(f"{config.strategy} recovers on fresh engines, which only a local "
-                         "cluster without an emulated network can start: drop --profile / "
+                         "cluster without an emulated network can start: drop --ipp-profile / "
                          "--network, or the fault options")
     ckpt = _resume_point(config, out_dir)
     owner = run_owner()

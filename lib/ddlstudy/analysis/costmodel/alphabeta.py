@@ -165,5 +165,5 @@ def predict_table(algorithms: Sequence[str], sizes: Sequence[int], ranks: Sequen
         t = predict(alg, n, p, alpha, beta, gamma)
         algbw = n / t / 1e9 if t > 0 else float("nan")
         rows.append({"algorithm": alg, "size_bytes": n, "ranks": p, "predicted_s": t,
-                     "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (p - 1) / p})
+                     "algbw_GBps": algbw, "busbw_GBps": algbw * 2 * (p - 1) / p})
     return pd.DataFrame(rows)

@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="remove leftovers (namespaces, veths, bridges) of crashed runs")
     parser.add_argument("--force", action="store_true",
                         help="with --cleanup: also remove networks of runs still alive")
-    parser.add_argument("--profile", default="10GbE", choices=[*PROFILES, UNSHAPED])
+    parser.add_argument("--network", dest="profile", default="10GbE", choices=[*PROFILES, UNSHAPED],
+                        help="the link profile to check (network profile, as training.network)")
     parser.add_argument("--scale", type=float, default=None,
                         help="rate scale factor (default: calibrated per profile, scale_for)")
     parser.add_argument("--seconds", type=float, default=2.0)

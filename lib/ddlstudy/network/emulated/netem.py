@@ -38,7 +38,7 @@ reads the counters in rank order.
         ...
         record(net.describe())                         # profile, scale, real/emulated rates
 
-    python -m ddlstudy.netem --check --profile 10GbE   # 2 nodes, shaped rate vs measured
+    python -m ddlstudy.netem --check --network 10GbE   # 2 nodes, shaped rate vs measured
     python -m ddlstudy.netem --calibrate               # unshaped veth rate: what scale fits
     python -m ddlstudy.netem --cleanup [--force]       # remove leftovers of crashed runs
 """
