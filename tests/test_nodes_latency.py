@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from ddlstudy.collectives import latency, netem, nodes
+from ddlstudy.collectives import latency
+from ddlstudy.network.emulated import netem, nodes
 
 AVAILABLE, WHY = netem.available()
 OUT = Path("outputs/gpn/checks")
@@ -121,8 +122,12 @@ def test_two_gpus_per_node_share_a_link_and_latency_adds_the_delay() -> None:
     # +0.17 and +0.24 ms in two runs with the line's lateness compensation, +0.36 ms without; see
     # outputs/gpn/checks/nodes_latency.json): two thread hand-offs per message on busy cores.
     assert added == pytest.approx(delay, abs=5e-4)
-    assert abs(intra_added) < 2.5e-4
-    assert again[(0, 2, 4)]["one_way_p50_s"] < base[(0, 2, 4)]["one_way_p50_s"] + 2.5e-4
+    # Not delayed within a node, nor after switching it off: what a delayed message would add is
+    # the whole 1.8 ms; a quarter of it bounds the ping-pong medians' own drift on a loaded host
+    # (0.34 ms seen once here at load 2), so the check holds under load and still fails if the
+    # delay were applied.
+    assert abs(intra_added) < delay / 4
+    assert again[(0, 2, 4)]["one_way_p50_s"] < base[(0, 2, 4)]["one_way_p50_s"] + delay / 4
 
 
 def test_train_cli_refuses_nodes_and_latency_without_a_network() -> None:
