@@ -80,3 +80,18 @@ def test_a_cell_stored_by_another_checkout_is_the_same_cell() -> None:
     assert grid._same_config({**stored, "data_root": "/elsewhere/data"}, config, any_code=False)
     other = grid._jsonable(replace(config, workers=3).to_dict())
     assert not grid._same_config(other, config, any_code=False)
+
+
+def test_nested_cells_keep_their_folders_and_count_as_runs(tmp_path: Path) -> None:
+    """Chapter 07 groups cells by profile (runs/<profile>/<cell>): runs are added under the same
+    path, no chapter summary is invented, and reference.load numbers every run."""
+    dest, src = tmp_path / "ref" / "07_frameworks", tmp_path / "src" / "07_frameworks"
+    cell = Path("IB-EDR") / "horovod_resnet50_x2_replay"
+    _run(dest / "runs" / cell, 100.0)
+    _run(src / "runs" / cell, 101.0)
+    _run(src / "runs" / cell / "r1", 102.0)
+    assert reference.add_runs(src, dest) == {str(cell): 2}
+    assert not (dest / "summary.csv").exists()
+    cells = reference.load("07_frameworks", root=tmp_path / "ref")
+    assert sorted(cells["repeat"]) == [0, 1, 2]
+    assert sorted(cells["images_per_sec_cluster"]) == [100.0, 101.0, 102.0]

@@ -22,8 +22,9 @@ def reference_dir() -> Path:
 
 
 def load(chapter: str, root: Path | None = None) -> pd.DataFrame:
-    """Every finished cell of a reference chapter (one row per cell), with the host, date and
-    git sha it was measured with (columns ref_host, ref_created, ref_git_sha); empty if none."""
+    """Every finished run of a reference chapter's cells (one row per run, `repeat` from its
+    folder: 0 = the cell folder, k = r<k>), with the host, date and git sha it was measured with
+    (columns ref_host, ref_created, ref_git_sha); empty if none."""
     base = (root or reference_dir()) / chapter / "runs"
     rows = []
     for path in sorted(base.rglob("summary.csv")):
@@ -33,8 +34,12 @@ def load(chapter: str, root: Path | None = None) -> pd.DataFrame:
         meta = records.read_meta(path.parent)
         if meta.get("status") != "ok":
             continue
-        rows.append(pd.read_csv(path).assign(
-            ref_host=meta.get("host", {}).get("hostname", "?"),
+        name = path.parent.name
+        repeat = int(name[1:]) if name[:1] == "r" and name[1:].isdigit() else 0
+        df = pd.read_csv(path)
+        df = df.drop(columns=[c for c in ("repeat",) if c in df])
+        rows.append(df.assign(
+            repeat=repeat, ref_host=meta.get("host", {}).get("hostname", "?"),
             ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?")))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
@@ -52,6 +57,14 @@ def label(cells: pd.DataFrame) -> str:
 
 
 # ----------------------------------------------------------------------------- adding runs
+def _cells(runs: Path) -> list[Path]:
+    """Every cell folder under a chapter's runs/ (at any depth: chapter 07 groups cells by
+    profile): a folder holding a summary that is not itself a repeat folder r<k>."""
+    found = {p.parent for p in runs.rglob("summary.csv")}
+    cells = {p.parent if p.name[:1] == "r" and p.name[1:].isdigit() else p for p in found}
+    return sorted(cells)
+
+
 def cell_runs(cell: Path) -> list[Path]:
     """A cell's run folders in repeat order: the cell folder itself (run 0) when it holds a
     summary, then r1, r2, ... (experiments.grid.repeat_dir's layout)."""
@@ -92,12 +105,13 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
     import shutil
 
     added: dict[str, int] = {}
-    for cell in sorted(p for p in (src / "runs").iterdir() if p.is_dir()):
+    cells = _cells(src / "runs")
+    for cell in cells:
         todo = [r for r in cell_runs(cell)
                 if (r / "meta.json").exists() and records.read_meta(r).get("status") == "ok"]
         if not todo:
             continue
-        target = dest / "runs" / cell.name
+        target = dest / "runs" / cell.relative_to(src / "runs")
         known = {_stamp(r) for r in cell_runs(target)} if target.exists() else set()
         todo = [r for r in todo if _stamp(r) not in known]  # a run already there is not new
         if not todo:
@@ -112,8 +126,10 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
             for f in run.iterdir():
                 if f.is_file():
                     shutil.copy2(f, to / f.name)
-        added[cell.name] = len(todo)
-    rebuild_summary(dest)
+        added[str(cell.relative_to(src / "runs"))] = len(todo)
+    flat = all(c.parent == src / "runs" for c in cells)
+    if flat or (dest / "summary.csv").exists():  # chapter 07 keeps none: its cells are read
+        rebuild_summary(dest)                     # by reference.load, run by run
     return added
 
 
@@ -122,7 +138,7 @@ def rebuild_summary(chapter: Path) -> pd.DataFrame:
     `repeat` (0 = the cell folder, k = r<k>), `reused` True and an empty `error`: what the
     chapter's grid writes when it reads its cells back."""
     rows = []
-    for cell in sorted(p for p in (chapter / "runs").iterdir() if p.is_dir()):
+    for cell in _cells(chapter / "runs"):
         for k, run in enumerate(cell_runs(cell)):
             if records.read_meta(run).get("status") != "ok":
                 continue
