@@ -91,7 +91,7 @@ def test_nested_cells_keep_their_folders_and_count_as_runs(tmp_path: Path) -> No
     _run(src / "runs" / cell, 101.0)
     _run(src / "runs" / cell / "r1", 102.0)
     assert reference.add_runs(src, dest) == {str(cell): 2}
-    assert not (dest / "summary.csv").exists()
+    assert not (dest / "summary.csv").exists()  # none before: none invented
     cells = reference.load("07_frameworks", root=tmp_path / "ref")
     assert sorted(cells["repeat"]) == [0, 1, 2]
     assert sorted(cells["images_per_sec_cluster"]) == [100.0, 101.0, 102.0]

@@ -105,6 +105,7 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
     import shutil
 
     added: dict[str, int] = {}
+    new_runs: list[tuple[Path, int]] = []
     cells = _cells(src / "runs")
     for cell in cells:
         todo = [r for r in cell_runs(cell)
@@ -122,15 +123,46 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
                              "only runs of the same cell can be pooled")
         for i, run in enumerate(todo):
             to = target if have + i == 0 else target / f"r{have + i}"
+            new_runs.append((target, have + i))
             to.mkdir(parents=True, exist_ok=True)
             for f in run.iterdir():
                 if f.is_file():
                     shutil.copy2(f, to / f.name)
         added[str(cell.relative_to(src / "runs"))] = len(todo)
     flat = all(c.parent == src / "runs" for c in cells)
-    if flat or (dest / "summary.csv").exists():  # chapter 07 keeps none: its cells are read
-        rebuild_summary(dest)                     # by reference.load, run by run
+    if flat:
+        rebuild_summary(dest)
+    elif (dest / "summary.csv").exists():
+        append_summary(dest, new_runs)
     return added
+
+
+def append_summary(chapter: Path, new_runs: list[tuple[Path, int]]) -> pd.DataFrame:
+    """Append one row per new run (cell folder, repeat) to `chapter`/summary.csv, for chapters
+    whose summary carries columns their cells do not (chapter 07: `profile` from the folder it
+    groups cells by, `engines`): those come from the cell's existing row."""
+    table = pd.read_csv(chapter / "summary.csv")
+    rows = []
+    for cell, k in new_runs:
+        run = cell if k == 0 else cell / f"r{k}"
+        df = pd.read_csv(run / "summary.csv")
+        df = df.drop(columns=[c for c in ("repeat", "reused", "error") if c in df])
+        df = df.assign(repeat=k, reused=True, error="")
+        group = cell.parent.name if cell.parent.name != "runs" else None
+        if group is not None and "profile" in table and "profile" not in df:
+            df = df.assign(profile=group)
+        same = table
+        for key in ("strategy", "workers", "profile"):
+            if key in same and key in df:
+                same = same[same[key] == df[key].iloc[0]]
+        for col in table.columns:
+            if col not in df and len(same):
+                df[col] = same[col].iloc[0]
+        rows.append(df)
+    if rows:
+        table = pd.concat([table, *rows], ignore_index=True)
+        table.to_csv(chapter / "summary.csv", index=False)
+    return table
 
 
 def rebuild_summary(chapter: Path) -> pd.DataFrame:
