@@ -97,8 +97,10 @@ def test_ids_unique_and_every_paper_has_claims() -> None:
 @pytest.mark.parametrize("claim", MEASURED, ids=lambda c: c.id)
 def test_every_measured_claim_without_records_says_what_is_missing(tmp_path, claim) -> None:
     rows = engine.evaluate(claim, tmp_path, {})
+    # chapter 07 falls back to the committed reference run, labelled so: those rows may decide
+    own = [r for r in rows if not str(r["source"]).startswith("reference run:")]
     assert rows and all(r["verdict"] in (engine.NOT_MEASURED, engine.SET_BY_CONFIG)
-                        or r["reason"].startswith("inconclusive") for r in rows)
+                        or r["reason"].startswith("inconclusive") for r in own)
     for r in rows:
         if r["verdict"] == engine.NOT_MEASURED:
             assert r["reason"].startswith("not measured: ")

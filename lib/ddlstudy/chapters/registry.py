@@ -24,10 +24,12 @@ class Chapter:
     """One chapter: its notebook, what it reproduces, what it writes, how it is summarised.
 
     `tables`: table name -> the columns a reader (claims, summary, figures) relies on; every
-    declared table must exist and carry those columns after the chapter ran. `per_model`: the
-    chapter runs once per model into `<name>-<model>` folders (chapter 03). `summary`:
-    "module:attr" of `f(folder) -> str`. `headlines`: (caption, figure file patterns) for the
-    landing page. `quick`: in `make report`'s default chapter list.
+    declared table must exist and carry those columns after the chapter ran (resume checks it).
+    `optional_tables`: tables the chapter writes only under some settings (root, emulation,
+    measured records to validate on): readers may name them, resume does not require them.
+    `per_model`: the chapter runs once per model into `<name>-<model>` folders (chapter 03).
+    `summary`: "module:attr" of `f(folder) -> str`. `headlines`: (caption, figure file
+    patterns) for the landing page. `quick`: in `make report`'s default chapter list.
     """
 
     name: str
@@ -36,6 +38,7 @@ class Chapter:
     papers: tuple[str, ...]
     params_section: str | None = None
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    optional_tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
     summary: str | None = None
     headlines: tuple[tuple[str, tuple[str, ...]], ...] = ()
     per_model: bool = False
@@ -81,8 +84,10 @@ def get_chapter(name: str) -> Chapter:
 
 
 def table_known(chapter: str, table: str) -> bool:
-    """True when `chapter` declares `table` (claims check the tables they read with this)."""
-    return table in get_chapter(chapter).tables
+    """True when `chapter` declares `table`, always written or optional (claims check the tables
+    they read with this)."""
+    c = get_chapter(chapter)
+    return table in c.tables or table in c.optional_tables
 
 
 def chapter_rows() -> list[dict[str, str]]:
@@ -138,8 +143,9 @@ for _c in [
             "Shi's grid, Wang's 8-64 GPUs, scaling to 1024 workers, what-ifs",
             "Shi 2019; Malik 2018; Wang (NCHC)", ("Shi 2019", "Malik 2018", "Wang (NCHC)"),
             params_section="projection",
-            tables={"validation": (), "validation_error": (), "projection_shi": (),
-                    "projection_scaling": (), "efficiency": (), "what_ifs": ()},
+            tables={"validation": (), "projection_shi": (), "projection_scaling": (),
+                    "scaling_efficiency": (), "what_ifs": (), "regime_map": ()},
+            optional_tables={"validation_error": (), "efficiency": ()},
             summary=f"{_S}:projection", kind="analytic (projected)",
             headlines=(("Projected scaling efficiency (step-time model)",
                         ("efficiency_by_profile.png", "scaling_to_1024.png")),)),
@@ -160,7 +166,8 @@ for _c in [
     Chapter("09_batch_size", "per-worker batch 32-8192 on 1 vs N workers: time per epoch, "
             "accuracy, linear LR scaling; Malik's 64-512 sweep on emulated links",
             "Pani Figs 3, 6; Malik 2018 (batch 64-512)", ("Pani", "Malik 2018"),
-            params_section="batch_sweep", tables={"runs": (), "sweep": (), "malik": ()},
+            params_section="batch_sweep", tables={"runs": (), "sweep": ()},
+            optional_tables={"malik": ()},  # Malik 2018's sweep runs on emulated links (root)
             summary=f"{_S}:batch_size", quick=False),
     Chapter("10_faults", "a worker that dies mid-run: how each strategy recovers and what it "
             "loses", "beyond the papers", (), params_section="faults",

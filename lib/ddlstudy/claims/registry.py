@@ -22,10 +22,11 @@ def register_claim(claim: Claim) -> Claim:
     from ddlstudy.chapters.registry import get_chapter, table_known
 
     for chapter, table in claim.reads:
-        get_chapter(chapter)  # ValueError naming the known chapters
+        c = get_chapter(chapter)  # ValueError naming the known chapters
         if not table_known(chapter, table):
+            declared = ", ".join([*c.tables, *c.optional_tables])
             raise ValueError(f"claim {claim.id}: chapter {chapter} declares no table {table!r} "
-                             f"(declared: {', '.join(get_chapter(chapter).tables)})")
+                             f"(declared: {declared})")
     return CLAIMS.register(claim)
 
 
