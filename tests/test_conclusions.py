@@ -62,7 +62,7 @@ def test_shi_scaling_on_each_strategys_own_scaling(tmp_path: Path, ps6, ring6, l
         assert row["runs"] == RUNS and row["testbed"].startswith("emulated")
 
 
-def test_one_run_per_cell_is_inconclusive_never_decided(tmp_path: Path) -> None:
+def test_one_run_per_cell_is_inconclusive_never_decided(tmp_path: Path, no_reference) -> None:
     folders = _emulated(tmp_path, {1: 80.0, 3: 100.0, 6: 105.0}, {1: 100.0, 3: 300.0, 6: 590.0},
                         runs=1)
     t = C.claims_table(tmp_path, folders)

@@ -35,8 +35,12 @@ def load(chapter: str, root: Path | None = None) -> pd.DataFrame:
         if meta.get("status") != "ok":
             continue
         name = path.parent.name
-        repeat = int(name[1:]) if name[:1] == "r" and name[1:].isdigit() else 0
         df = pd.read_csv(path)
+        if name[:1] == "r" and name[1:].isdigit():  # run k of its cell (grid.repeat_dir)
+            repeat = int(name[1:])
+        else:  # the cell folder: run 0, unless its own row says which run it is
+            repeat = int(df["repeat"].iloc[0]) if "repeat" in df and df["repeat"].notna().all() \
+                else 0
         df = df.drop(columns=[c for c in ("repeat",) if c in df])
         rows.append(df.assign(
             repeat=repeat, ref_host=meta.get("host", {}).get("hostname", "?"),
