@@ -48,7 +48,7 @@ class DistTransport:
     def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
 
-        from ddlstudy.collectives import latency
+        import ddlstudy.collectives.latency as latency
 
         self.dist, self.group = dist, group
         self.rank = dist.get_rank(group)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ddlstudy.analysis.costmodel import step as _step
+import ddlstudy.analysis.costmodel.step as _step
 from ddlstudy.analysis.costmodel.alphabeta import _nnls
 from ddlstudy.analysis.costmodel.step import (
     PS_STEP,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ddlstudy.analysis.costmodel import step as _step
+import ddlstudy.analysis.costmodel.step as _step
 from ddlstudy.analysis.costmodel.cells import RecordsError, _cell_step, _usable, fit_constants
 from ddlstudy.analysis.costmodel.step import (
     GOODPUT,

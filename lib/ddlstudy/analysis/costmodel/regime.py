@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ddlstudy.analysis.costmodel import step as _step
+import ddlstudy.analysis.costmodel.step as _step
 from ddlstudy.analysis.costmodel.cells import _usable
 from ddlstudy.analysis.costmodel.step import (
     FLAT,
