@@ -43,6 +43,16 @@ def _one_of(registry: Any, what: str) -> Callable[[str], str]:
     return check
 
 
+def _straggler(text: str) -> tuple[int, float]:
+    """--straggler RANK:FACTOR (e.g. 1:3); RANK alone means factor 1 (use --straggler-delay)."""
+    rank, _, factor = text.partition(":")
+    try:
+        return int(rank), float(factor or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected RANK:FACTOR such as 1:3, got {text!r}"
+                                         ) from None
+
+
 def _bool(text: str) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
@@ -99,6 +109,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
       "rank's engine SIGKILLs itself at --fail-at-step; the run recovers (chapter 10)")
     a("--fail-at-step", type=int, default=d.fail_at_step, help="step (from 0, warm-up "
       "included) at whose start --fail-worker dies")
+    a("--straggler", type=_straggler, default=None, metavar="RANK:FACTOR",
+      help="slow worker RANK down FACTOR x (1-100; replay: FACTOR x the reference wait)")
+    a("--straggler-delay", type=float, default=d.straggler_delay_s, metavar="SECONDS",
+      help="with --straggler: also wait this long at the start of each of its steps")
     a("--replay-source", default=d.replay_source, help="with --compute replay: measured (this "
       "host), gpu (the stored H100 table) or a CSV path (default measured)")
 
@@ -205,6 +219,11 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
                   compute=args.compute, replay_source=args.replay_source,
                   checkpoint_every=args.checkpoint_every, fail_worker=args.fail_worker,
                   fail_at_step=args.fail_at_step)
+    if (slow := getattr(args, "straggler", None)) is not None:
+        values.update(straggler_rank=slow[0], straggler_factor=slow[1],
+                      straggler_delay_s=args.straggler_delay)
+    elif getattr(args, "straggler_delay", 0.0):
+        values.update(straggler_delay_s=args.straggler_delay)  # validate names the fix
     values.update(overrides)
     return TrainConfig(**values)
 

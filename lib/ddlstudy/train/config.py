@@ -82,6 +82,12 @@ class TrainConfig:
     lr_scaling: str = "none"
     lr_base_batch: int = 32
     lr_warmup_epochs: float = 0.0
+    # stragglers (ddlstudy.experiments.stragglers): worker `straggler_rank` computes
+    # `straggler_factor` x slower (replay: waits factor x the reference time) and waits
+    # `straggler_delay_s` more at the start of each step (defaults: no straggler)
+    straggler_rank: int | None = None
+    straggler_factor: float = 1.0
+    straggler_delay_s: float = 0.0
 
     @property
     def n_servers(self) -> int:
@@ -113,7 +119,12 @@ class TrainConfig:
         elif spec.needs_servers:
             extra = f"/{self.n_servers}srv"
         replay = " replay" if self.compute == "replay" else ""
-        return f"{self.strategy}{extra} {self.model} x{self.workers}{replay}"
+        slow = ""
+        if self.straggler_rank is not None:
+            slow = f" slow{self.straggler_rank}" + (
+                f"x{self.straggler_factor:g}" if self.straggler_factor != 1 else "") + (
+                f"d{self.straggler_delay_s * 1e3:g}ms" if self.straggler_delay_s else "")
+        return f"{self.strategy}{extra} {self.model} x{self.workers}{replay}{slow}"
 
     def validate(self) -> TrainConfig:
         """Raise ValueError with one line naming the bad field and the valid choices."""
@@ -173,6 +184,7 @@ class TrainConfig:
         if not self.time_dilation > 0:
             raise ValueError(f"time_dilation must be > 0, got {self.time_dilation!r}")
         _check_faults(self)
+        _check_straggler(self)
         if self.time_dilation != 1.0 and self.compute != "replay":
             raise ValueError(f"time_dilation={self.time_dilation:g} only applies to "
                              "compute='replay'")
@@ -180,6 +192,38 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+MAX_STRAGGLER_FACTOR = 100.0  # beyond this a "straggler" is a dead worker (chapter 10)
+MAX_STRAGGLER_DELAY_S = 60.0
+
+
+def _check_straggler(config: TrainConfig) -> None:
+    """straggler_rank / _factor / _delay_s: a worker rank, a factor in [1, 100], a delay in
+    [0, 60] s, and a rank only with a factor > 1 or a delay > 0 (and no factor or delay without
+    a rank): one line naming the bad value and the fix."""
+    rank, factor, delay = config.straggler_rank, config.straggler_factor, config.straggler_delay_s
+    for name, value, hi in (("straggler_factor", factor, MAX_STRAGGLER_FACTOR),
+                            ("straggler_delay_s", delay, MAX_STRAGGLER_DELAY_S)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                (1.0 if name == "straggler_factor" else 0.0) <= value <= hi):
+            low = 1 if name == "straggler_factor" else 0
+            raise ValueError(f"{name} must be a number in [{low}, {hi:g}], got {value!r}")
+    slowed = factor != 1.0 or delay != 0.0
+    if rank is None:
+        if slowed:
+            raise ValueError("straggler_factor / straggler_delay_s need straggler_rank (the "
+                             "worker to slow): pass e.g. --straggler 1:3")
+        return
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < config.workers:
+        raise ValueError(f"straggler_rank must be a worker rank 0..{config.workers - 1}, got "
+                         f"{rank!r}")
+    if not slowed:
+        raise ValueError(f"straggler_rank={rank} slows nothing: give straggler_factor > 1 or "
+                         "straggler_delay_s > 0 (e.g. --straggler 1:3)")
+    if get_strategy(config.strategy).framework:
+        raise ValueError(f"straggler: {config.strategy} has its own runtime; stragglers cover "
+                         f"{', '.join(strategy_names(framework=None))}")
 
 
 def _check_faults(config: TrainConfig) -> None:

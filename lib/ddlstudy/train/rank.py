@@ -121,8 +121,34 @@ def _build_strategy(config: TrainConfig, model: torch.nn.Module, rank: int,
     if config.compute == "replay":
         if replay_s is None:
             raise ValueError("compute replay needs the reference time (train() resolves it)")
-        strategy.set_replay(replay_s * config.time_dilation, seed=config.seed)
+        slow = config.straggler_factor if rank == config.straggler_rank else 1.0
+        strategy.set_replay(replay_s * config.time_dilation * slow, seed=config.seed)
+    if rank == config.straggler_rank and strategy.is_worker:
+        _slow_down(strategy, config)
     return strategy
+
+
+def _slow_down(strategy: Strategy, config: TrainConfig) -> None:
+    """Make this worker the run's straggler: before each step's compute it waits
+    `straggler_delay_s` (dilated like replayed compute) plus, under real compute, (factor - 1) x
+    its previous step's compute time (replay already waits factor x the reference time). The
+    wait comes first, so no gradient is ready earlier: an overlapped all-reduce cannot hide it."""
+    inner = strategy._forward_backward
+    delay = config.straggler_delay_s * (config.time_dilation if config.compute == "replay"
+                                        else 1.0)
+    extra = config.straggler_factor - 1.0 if config.compute == "real" else 0.0
+    last = {"compute_s": 0.0}
+
+    def slowed(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        wait = delay + extra * last["compute_s"]
+        if wait > 0:
+            time.sleep(wait)
+        t0 = time.perf_counter()
+        loss = inner(model, x, y)
+        last["compute_s"] = time.perf_counter() - t0
+        return loss
+
+    strategy._forward_backward = slowed  # type: ignore[method-assign]
 
 
 def _data_position(run: dict[str, Any], step: int) -> tuple[int, int]:
