@@ -95,3 +95,71 @@ def test_nested_cells_keep_their_folders_and_count_as_runs(tmp_path: Path) -> No
     cells = reference.load("07_frameworks", root=tmp_path / "ref")
     assert sorted(cells["repeat"]) == [0, 1, 2]
     assert sorted(cells["images_per_sec_cluster"]) == [100.0, 101.0, 102.0]
+
+
+def _meta(folder: Path, network: dict | None, params: dict | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"model": "resnet50", "strategy": "ps_sync", "workers": 2,
+                   "images_per_sec_cluster": 1.0}]).to_csv(folder / "summary.csv", index=False)
+    from ddlstudy.records import resume
+
+    (folder / "meta.json").write_text(json.dumps({
+        "status": "ok", "created": str(folder), "git_sha": "abc",
+        "code_digest": resume.code_digest(),
+        "params": params or {"batch_size": 32}, "network": network}))
+
+
+def test_cell_identity_reads_old_records_as_the_defaults_they_ran_with(tmp_path: Path) -> None:
+    """Records written before testbed / gpus_per_node / latency were recorded read as no
+    testbed, one engine per node, no latency; a run on a testbed is another cell."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    _meta(old, {"profile": "10GbE", "scale": 0.01, "latency_emulated": False})
+    _meta(new, {"profile": "10GbE", "scale": 0.01, "testbed": "shi2019", "gpus_per_node": 1,
+                "latency_emulated_s": 0.0})
+    assert reference.cell_identity(json.loads((old / "meta.json").read_text())) == {
+        "testbed": reference.DEFAULT_TESTBED, "network": "10GbE", "gpus_per_node": 1,
+        "latency_emulated_s": 0.0}
+    assert reference.same_cell(old, new) == "testbed: 'none' -> 'shi2019'"
+    _meta(new, {"profile": "10GbE", "gpus_per_node": 4, "latency_emulated_s": 0.0018})
+    assert reference.same_cell(old, new) == "gpus_per_node: 1 -> 4"
+    assert reference.cell_identity(None)["network"] == "none"
+
+
+def test_committed_reference_cells_read_as_the_study_testbed() -> None:
+    """Every committed chapter 03 emulated cell of the study's own settings loads with
+    testbed 'none', one GPU per node and no latency (what it ran with)."""
+    cells = reference.load("03_ps_vs_ring-emulated-resnet50")
+    assert len(cells) >= 12
+    assert set(cells["testbed"]) == {reference.DEFAULT_TESTBED}
+    assert set(cells["gpus_per_node"]) == {1}
+    assert set(cells["latency_emulated_s"].astype(float)) == {0.0}
+
+
+def test_grid_does_not_reuse_a_cell_of_another_testbed(tmp_path: Path) -> None:
+    """grid._finished reuses a stored cell only on the same testbed / network / GPUs per node /
+    latency; an old cell without them counts as the defaults."""
+    from ddlstudy.experiments import grid
+    from ddlstudy.train.trainer import TrainConfig
+
+    config = TrainConfig(model="mlp", dataset="synthetic", workers=2)
+    folder = tmp_path / "cell"
+    _meta(folder, {"profile": "10GbE", "scale": 0.01}, grid._jsonable(config.to_dict()))
+    same = {"testbed": "none", "network": "10GbE", "gpus_per_node": 1, "latency_emulated_s": 0.0}
+    done = grid._finished(folder, config, same)
+    assert done is not None and done["testbed"].tolist() == ["none"]
+    for key, other in (("testbed", "shi2019"), ("network", "1GbE"), ("gpus_per_node", 8),
+                       ("latency_emulated_s", 0.00072)):
+        assert grid._finished(folder, config, {**same, key: other}) is None, key
+
+
+def test_add_runs_refuses_runs_of_another_testbed(tmp_path: Path) -> None:
+    dest, src = tmp_path / "dest" / "ch", tmp_path / "src" / "ch"
+    cell = "ps_sync-1srv_resnet50_x2_replay"
+    _meta(dest / "runs" / cell, {"profile": "10GbE"})
+    _meta(src / "runs" / cell, {"profile": "shi2019", "testbed": "shi2019"})
+    try:
+        reference.add_runs(src, dest)
+    except ValueError as err:
+        assert "testbed: 'none' -> 'shi2019'" in str(err)
+    else:
+        raise AssertionError("runs of testbed shi2019 were pooled with the study's own")

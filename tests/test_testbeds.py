@@ -200,3 +200,68 @@ def test_published_points_are_enough_and_sourced(study_models):
     wang = {p.point_id: p.value for p in tb.published_points("wang_nchc")}
     assert wang == {"wang_nchc_resnet50_64gpu_ib": 0.89, "wang_nchc_resnet50_64gpu_10gbe": 0.65}
     assert any(p.gpus > p.gpus_per_node and p.network_bps for p in usable), "no multi-node point"
+
+
+# ----------------------------------------------------------------------------- emulating one
+@pytest.fixture
+def own_profiles():
+    """Testbed links register profiles in the process-wide PROFILES: put it back after."""
+    from ddlstudy.network.profiles import PROFILES
+
+    saved = dict(PROFILES)
+    yield
+    PROFILES.clear()
+    PROFILES.update(saved)
+
+
+def test_committed_testbed_tables_are_the_yaml_rows(tmp_path):
+    """workload/tables/testbed-<name>.csv are what the YAML gives (a changed row is rewritten
+    with emulation.write_tables, not edited by hand)."""
+    from ddlstudy.testbeds import emulation
+
+    written = emulation.write_tables(tmp_path)
+    assert {p.name for p in written} >= {"testbed-shi2019.csv"}
+    for p in written:
+        assert (emulation.tables_dir() / p.name).read_text() == p.read_text(), p.name
+
+
+def test_a_testbed_link_without_a_study_profile_becomes_one(own_profiles):
+    """Shi 2019's 2 Gb/s Compute Engine link is emulated as profile 'shi2019' with the YAML's
+    rate and latency; a testbed naming a study profile keeps it."""
+    from ddlstudy.network.emulated import netem
+    from ddlstudy.testbeds import emulation
+
+    assert emulation.profile_for("shi2019") == "shi2019"
+    info = netem.profile_info("shi2019", 0.05)
+    assert info["real_rate_bps"] == 2e9 and info["real_latency_s"] == 3.6e-5
+    assert info["emulated_rate_bps"] == pytest.approx(1e8)
+    assert emulation.profile_for("wang_nchc_10gbe") == "10GbE"
+    with pytest.raises(ValueError, match="no inter-node link rate"):
+        emulation.profile_for("pani")
+
+
+def test_chapter03_runs_its_grid_on_a_named_testbed(own_profiles):
+    """network.chapter03_testbed sets the grid's link, GPUs per node, latency, replay table,
+    shape and batch from the YAML; a model without a compute row is one line naming the ones
+    it has."""
+    from ddlstudy.chapters import ch03_ps_vs_ring as ch03
+    from ddlstudy.config.params import StudyParams
+
+    P = StudyParams.model_validate({"network": {"chapter03_testbed": "shi2019",
+                                                "chapter03_models": ["resnet50"],
+                                                "workers": [1, 6]},
+                                    "training": {"models": []}, "cluster": {"workers": 7}})
+    p = ch03.plan(P, "resnet50", emulated=True)
+    c = p.configs[0]
+    assert (c.shape, c.batch_size, c.replay_source, c.compute) == (
+        "imagenet", 32, "testbed-shi2019", "replay")
+    assert p.T.network == "shi2019" and p.gpus_per_node == 1 and p.latency
+    assert p.reference_name == "03_ps_vs_ring-emulated-shi2019-resnet50"
+    assert p.name == "03_ps_vs_ring-emulated-resnet50"  # the report runner's folder
+    assert p.meta()["testbed"] == "shi2019"
+    plain = ch03.plan(StudyParams.model_validate({"training": {"models": ["resnet50"]}}),
+                      "resnet50", emulated=True)
+    assert plain.testbed is None and plain.reference_name == plain.name
+    with pytest.raises(ValueError, match="no compute row for model 'vgg19'"):
+        StudyParams.model_validate({"network": {"chapter03_testbed": "shi2019",
+                                                "chapter03_models": ["vgg19"]}})

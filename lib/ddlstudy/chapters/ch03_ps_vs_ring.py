@@ -43,6 +43,17 @@ class Plan:
     live: bool
     why_not: str
     configs: list[Any]
+    testbed: Any = None  # ddlstudy.testbeds.emulation.EmulatedTestbed, or None
+    gpus_per_node: int = 1
+    latency: bool = False
+
+    @property
+    def reference_name(self) -> str:
+        """The folder in results/reference holding this grid's cells: a testbed's grid sits
+        beside the study's own (`03_ps_vs_ring-emulated-<testbed>-<model>`)."""
+        if self.testbed is None:
+            return self.name
+        return f"{CHAPTER}-emulated-{self.testbed.name}-{self.model}"
 
     @property
     def notice(self) -> str:
@@ -50,12 +61,14 @@ class Plan:
         if self.live:
             return ""
         return (f"Emulated network not available here ({self.why_not}): showing the reference "
-                f"run's records from results/reference/{self.name}, not a measurement on this "
-                "host.")
+                f"run's records from results/reference/{self.reference_name}, not a measurement "
+                "on this host.")
 
     def meta(self) -> dict[str, Any]:
         """The notebook's settings as meta.json records them."""
-        return {"model": self.model, **self.T.model_dump(mode="json")}
+        return {"model": self.model, **self.T.model_dump(mode="json"),
+                "testbed": self.testbed.name if self.testbed else None,
+                "gpus_per_node": self.gpus_per_node, "latency": self.latency}
 
     def runs(self) -> pd.DataFrame:
         """One row per run: its label and how many engines it takes."""
@@ -65,13 +78,25 @@ class Plan:
 def plan(P: Any, model: str | None = None, emulated: bool = False, use_reference: bool = False,
          **overrides: Any) -> Plan:
     """The training section with the notebook's non-None overrides on top (the emulated section
-    first lays its own defaults: shaped links, H100 compute replayed), and the grid it asks."""
+    first lays its own defaults: shaped links, H100 compute replayed; or, with
+    `network.chapter03_testbed`, the testbed's link, GPUs per node, latency and device at its
+    row's shape and batch), and the grid it asks."""
     N = P.network
+    bed, gpus_per_node, latency = None, 1, False
     if emulated:
-        overrides = {**dict(network=N.chapter03_profile, compute="replay",
-                            replay_source=N.replay_source, workers=N.workers, steps=N.steps,
-                            warmup_steps=N.warmup_steps, algorithm=N.algorithm),
-                     **{k: v for k, v in overrides.items() if v is not None}}
+        model = model or (N.chapter03_models or P.training.models)[0]
+        own = dict(network=N.chapter03_profile, compute="replay", replay_source=N.replay_source,
+                   workers=N.workers, steps=N.steps, warmup_steps=N.warmup_steps,
+                   algorithm=N.algorithm)
+        gpus_per_node, latency = N.gpus_per_node, N.latency
+        if N.chapter03_testbed:
+            from ddlstudy.testbeds import emulation
+
+            bed = emulation.settings(N.chapter03_testbed, model, overrides.get("batch_size"))
+            own.update(network=bed.profile, replay_source=bed.replay_source, shape=bed.shape,
+                       batch_size=bed.batch_size)
+            gpus_per_node, latency = bed.gpus_per_node, bed.latency
+        overrides = {**own, **{k: v for k, v in overrides.items() if v is not None}}
     T = P.training.model_validate({**P.training.model_dump(),
                                    **{k: v for k, v in overrides.items() if v is not None}})
     model = model or T.models[0]
@@ -81,7 +106,7 @@ def plan(P: Any, model: str | None = None, emulated: bool = False, use_reference
         live, why_not = False, "use_reference = True"
     configs = grid.training_grid(grid.base_config(P, model, T), [model], T.strategies,
                                  T.workers, servers=T.servers)
-    return Plan(T, model, emulated, name, live, why_not, configs)
+    return Plan(T, model, emulated, name, live, why_not, configs, bed, gpus_per_node, latency)
 
 
 @dataclass
@@ -95,12 +120,14 @@ class Result:
     configs: list[Any]
     runs_root: Path
     ref_label: str = ""
+    testbed: str = ""  # the testbed's one-line label ('' for the study's own settings)
 
     @property
     def cond(self) -> str:
         """Compute mode and links, plus the reference label, for titles and text."""
-        return conditions(self.configs[0], self.net) + (f"; {self.ref_label}"
-                                                        if self.ref_label else "")
+        return (conditions(self.configs[0], self.net)
+                + (f"; {self.testbed}" if self.testbed else "")
+                + (f"; {self.ref_label}" if self.ref_label else ""))
 
     @property
     def dilated(self) -> bool:
@@ -133,7 +160,10 @@ def run(P: Any, p: Plan, out: Path) -> Result:
     configs, ref_label = p.configs, ""
     if p.live:
         with grid.emulated_cluster(p.T.network, grid.engines_needed(configs), N.scale,
-                                   offload_off=not N.offload, **P.cluster.engine_kwargs(),
+                                   offload_off=not N.offload, gpus_per_node=p.gpus_per_node,
+                                   latency=p.latency,
+                                   testbed=p.testbed.name if p.testbed else None,
+                                   **P.cluster.engine_kwargs(),
                                    start_timeout_s=P.cluster.start_timeout_s,
                                    collective_timeout_s=P.cluster.collective_timeout_s
                                    ) as cluster:
@@ -144,16 +174,16 @@ def run(P: Any, p: Plan, out: Path) -> Result:
                                     repeats=N.repeats if p.emulated else P.repeats)
         runs_root = out / "runs"
     else:
-        summary = reference.load(p.name)
+        summary = reference.load(p.reference_name)
         ref_label = reference.label(summary)
-        assert not summary.empty, f"{ref_label}: no committed cells for {p.name}"
+        assert not summary.empty, f"{ref_label}: no committed cells for {p.reference_name}"
         summary = summary.assign(error="")
         engines = pd.DataFrame([{"host": "reference", "device": "replay", "threads": 0}])
         net = {"profile": str(summary["network"].iloc[0]),
                "scale": float(summary["network_scale"].iloc[0])}
         configs = [c.__class__(**{**c.to_dict(), "time_dilation": float(
             summary["time_dilation"].iloc[0])}) for c in configs]
-        runs_root = reference.reference_dir() / p.name / "runs"
+        runs_root = reference.reference_dir() / p.reference_name / "runs"
     failed = summary[summary["error"].fillna("").astype(str) != ""]
     assert failed.empty, (f"runs failed: "
                           f"{failed[['strategy', 'workers', 'error']].to_dict('records')}")
@@ -162,7 +192,8 @@ def run(P: Any, p: Plan, out: Path) -> Result:
     if "cpu_bound" not in summary:
         summary["cpu_bound"] = False
     summary["cpu_bound"] = summary["cpu_bound"].fillna(False).astype(bool)
-    return Result(summary, engines, net, configs, runs_root, ref_label)
+    return Result(summary, engines, net, configs, runs_root, ref_label,
+                  p.testbed.label if p.testbed else "")
 
 
 def throughput_figure(r: Result, model: str, out: Path) -> Figure:
@@ -244,7 +275,12 @@ def text(r: Result, p: Plan) -> str:
         lines.append(f"Conditions: {cond}.")
     if r.configs[0].compute == "replay":
         lines.append(_replay_text(r, p.model))
-    if net.get("profile") not in (None, "none", "loopback"):
+    delay = float(net.get("latency_emulated_s") or 0.0)
+    if net.get("profile") not in (None, "none", "loopback") and delay > 0:
+        lines.append(f"Latency is emulated in the transport: each inter-node message waits "
+                     f"{delay * 1e3:.2f} ms (the link's one-way latency x 1/scale); the rate is "
+                     "shaped by tc tbf.")
+    elif net.get("profile") not in (None, "none", "loopback"):
         lines.append("Latency is not emulated (the records say latency_emulated = "
                      f"{net.get('latency_emulated', False)}): only bandwidth is shaped (tc tbf).")
     elif net.get("profile") == "loopback":

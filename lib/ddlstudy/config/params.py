@@ -352,6 +352,11 @@ class NetworkParams(_Section):
     # compute replayed (workers, algorithm, steps as above); [] leaves only the one-host run
     chapter03_models: ModelNames = Field(default_factory=list)
     chapter03_profile: str = "10GbE"
+    # ... or on a paper's testbed (ddlstudy.testbeds): its link (rate, latency), GPUs per node
+    # and device (replayed at its published row's shape and batch) replace chapter03_profile,
+    # gpus_per_node, latency, replay_source, shape and batch_size for that grid
+    chapter03_testbed: str | None = Field(None, description="a testbed name (ddlstudy.testbeds, "
+                                          "e.g. shi2019); None: the settings above")
     # interleaved repeats of each emulated cell (chapters 03 emulated and 05): an emulated step
     # is slow and steady, so 1 repeat (its timed steps give the spread) keeps make report short
     repeats: int = Field(1, ge=1, le=100)
@@ -383,6 +388,16 @@ class NetworkParams(_Section):
         if not v:
             raise ValueError("name at least one profile, e.g. [IB-EDR, 10GbE]")
         return _known(v, NETWORKS[1:], "network profile")
+
+    @model_validator(mode="after")
+    def _chapter03_testbed(self) -> NetworkParams:
+        """A testbed must exist and have a compute row for every chapter03 model."""
+        if self.chapter03_testbed is not None:
+            from ddlstudy.testbeds import emulation
+
+            for model in self.chapter03_models or ["resnet50"]:
+                emulation.settings(self.chapter03_testbed, model)  # ValueError: one line
+        return self
 
 
 class MonitorParams(_Section):

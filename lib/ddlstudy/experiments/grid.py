@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ddlstudy.records import resume
+from ddlstudy.records import reference, resume
 from ddlstudy.records import store as records
 from ddlstudy.strategies import get_strategy
 from ddlstudy.train.trainer import TrainConfig, train
@@ -38,8 +38,16 @@ def cell_dir(out: Path, config: TrainConfig) -> Path:
     return out / re.sub(r"[^A-Za-z0-9_.\-]", "", label)
 
 
-def _finished(folder: Path, config: TrainConfig) -> pd.DataFrame | None:
-    """The cell's summary when it finished ok with this config under this exact code, else None."""
+def cell_identity(cluster: Any) -> dict[str, Any]:
+    """What a cell runs on beyond its TrainConfig, as records.reference.cell_identity reads it
+    back from meta.json: testbed, network profile, gpus_per_node, latency emulated."""
+    return reference.cell_identity({"network": getattr(cluster, "network_info", None)})
+
+
+def _finished(folder: Path, config: TrainConfig,
+              identity: dict[str, Any] | None = None) -> pd.DataFrame | None:
+    """The cell's summary when it finished ok with this config (and, given `identity`, on this
+    testbed / network / gpus_per_node / latency) under this exact code, else None."""
     if not (folder / "summary.csv").exists() or not (folder / "meta.json").exists():
         return None
     meta = resume.read_marker(folder / "meta.json")
@@ -48,9 +56,10 @@ def _finished(folder: Path, config: TrainConfig) -> pd.DataFrame | None:
     any_code = os.environ.get("DDLSTUDY_RESUME_ANY_CODE") == "1"
     if (meta is None or meta.get("status") != "ok"
             or (not any_code and meta.get("code_digest") != resume.code_digest())
-            or not _same_config(meta.get("params"), config, any_code)):
+            or not _same_config(meta.get("params"), config, any_code)
+            or (identity is not None and reference.cell_identity(meta) != identity)):
         return None
-    return records.read_table(folder, "summary")
+    return reference.with_identity(records.read_table(folder, "summary"), meta)
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
@@ -103,17 +112,20 @@ def run_grid(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
     cells carry an `error` column. Repeats run interleaved (see `interleaved`)."""
     out = Path(out)
     rows = []
+    identity = cell_identity(cluster)  # a stored cell of another testbed / link is not this one
     bar = tqdm(interleaved(configs, repeats), desc="grid", unit="run")
     for rep, config in bar:
         bar.set_postfix_str(f"{config.label} r{rep}")
         folder = repeat_dir(out, config, rep, repeats)
-        done = _finished(folder, config)
+        done = _finished(folder, config, identity)
         if done is not None:
             rows.append(done.assign(repeat=rep, reused=True, error=""))
             continue
         try:
             result = train_fn(cluster, config, out_dir=folder, progress=False, **train_kwargs)
-            rows.append(result.summary.assign(repeat=rep, reused=False, error=""))
+            summary = result.summary.assign(**{k: v for k, v in identity.items()
+                                               if k not in result.summary})
+            rows.append(summary.assign(repeat=rep, reused=False, error=""))
         except (ValueError, TimeoutError, RuntimeError) as err:
             tqdm.write(f"FAILED {config.label} r{rep}: {err}")
             rows.append(pd.DataFrame([{"strategy": config.strategy, "model": config.model,
@@ -162,7 +174,7 @@ def run_monitored(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
     summaries, samples = [], []
     for rep, config in tqdm(interleaved(configs, repeats), desc="monitored runs", unit="run"):
         folder = repeat_dir(out, config, rep, repeats)
-        done = _finished(folder, config)
+        done = _finished(folder, config, cell_identity(cluster))
         if done is not None and (folder / "monitor.csv").exists():
             summaries.append(done.assign(repeat=rep))
             samples.append(records.read_table(folder, "monitor").assign(repeat=rep))
@@ -182,7 +194,7 @@ def run_monitored(cluster: Any, configs: Sequence[TrainConfig], out: str | Path,
 @contextlib.contextmanager
 def emulated_cluster(network: str, engines: int, scale: float | None = None,
                      offload_off: bool = True, gpus_per_node: int = 1, latency: bool = False,
-                     **cluster_kwargs: Any) -> Iterator[Any]:
+                     testbed: str | None = None, **cluster_kwargs: Any) -> Iterator[Any]:
     """A started Cluster of `engines` engines, each in its own namespace on a link shaped to
     `network` x `scale` (netem profile, e.g. "10GbE"); stopped, and the network removed, on exit.
 
@@ -199,6 +211,9 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
     (ddlstudy.network.emulated.nodes). latency: each inter-node message of the Comm harness is
     delayed by the profile's latency x 1/scale (ddlstudy.collectives.latency); both go into
     `network_info` (gpus_per_node, rank_nodes, latency_emulated_s).
+
+    testbed: the name of the testbed (ddlstudy.testbeds) whose settings the caller took; it is
+    recorded in `network_info` (and so in every cell's meta.json) as part of the cell's identity.
     """
     from ddlstudy.cluster.engines import Cluster
     from ddlstudy.network.emulated import netem, nodes
@@ -221,7 +236,9 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
                          "profile such as 10GbE), not network 'none'")
     if network == "none":
         cluster = Cluster(workers=engines, **cluster_kwargs).start()
-        cluster.emulated_network, cluster.network_info = None, None
+        cluster.emulated_network = None
+        cluster.network_info = ({"profile": "none", "scale": None, "latency_emulated": False,
+                                 "testbed": testbed} if testbed else None)
         try:
             yield cluster
         finally:
@@ -246,6 +263,8 @@ def emulated_cluster(network: str, engines: int, scale: float | None = None,
             cluster = netem.start_cluster_in_namespaces(net, **cluster_kwargs)
             info = {**net.describe(), "rank_nodes": netem.rank_nodes(cluster, net),
                     "gpus_per_node": 1, "latency_emulated_s": 0.0}
+        if testbed:
+            info["testbed"] = testbed
         cluster.emulated_network, cluster.network_info = net, info
         try:
             yield cluster

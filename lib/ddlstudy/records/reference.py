@@ -10,6 +10,7 @@ never as if measured now.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -42,10 +43,24 @@ def load(chapter: str, root: Path | None = None) -> pd.DataFrame:
             repeat = int(df["repeat"].iloc[0]) if "repeat" in df and df["repeat"].notna().all() \
                 else 0
         df = df.drop(columns=[c for c in ("repeat",) if c in df])
-        rows.append(df.assign(
+        rows.append(with_identity(df, meta).assign(
             repeat=repeat, ref_host=meta.get("host", {}).get("hostname", "?"),
             ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?")))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def load_table(chapter: str, name: str, root: Path | None = None) -> pd.DataFrame:
+    """A reference chapter's own table `name`.csv (chapters 08-10 compute theirs from all their
+    runs: bracketing.csv, sweep.csv, ...), with the chapter's host, date and git sha (ref_host,
+    ref_created, ref_git_sha, from its meta.json); empty if none."""
+    folder = (root or reference_dir()) / chapter
+    path = folder / f"{name}.csv"
+    if not path.exists() or not (folder / "meta.json").exists():
+        return pd.DataFrame()
+    meta = records.read_meta(folder)
+    return pd.read_csv(path).assign(
+        ref_host=(meta.get("host") or {}).get("hostname", "?"),
+        ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?"))
 
 
 def label(cells: pd.DataFrame) -> str:
@@ -78,18 +93,52 @@ def cell_runs(cell: Path) -> list[Path]:
     return runs + [p for p in numbered if (p / "summary.csv").exists()]
 
 
+# What a cell ran beyond its TrainConfig (meta.json's `network`): the testbed whose settings it
+# took, the link profile, engines per node and the per-message latency emulated. Records written
+# before these were recorded read as what that code ran: no testbed (the study's own settings:
+# in results/reference an H100's compute replayed, one GPU per node), one engine per node, no
+# latency emulated.
+DEFAULT_TESTBED = "none"
+NETWORK_IDENTITY = ("testbed", "network", "gpus_per_node", "latency_emulated_s")
+
+
+def cell_identity(meta: dict[str, Any] | None) -> dict[str, Any]:
+    """testbed, network (profile name, 'none' without an emulated network), gpus_per_node and
+    latency_emulated_s (the per-message delay emulated, 0 when none) of a run, from its
+    meta.json."""
+    net = (meta or {}).get("network") or {}
+    return {"testbed": str(net.get("testbed") or DEFAULT_TESTBED),
+            "network": str(net.get("profile") or "none"),
+            "gpus_per_node": int(net.get("gpus_per_node") or 1),
+            "latency_emulated_s": round(float(net.get("latency_emulated_s") or 0.0), 9)}
+
+
+def with_identity(df: pd.DataFrame, meta: dict[str, Any] | None) -> pd.DataFrame:
+    """`df` (a run's summary rows) with the cell identity's columns it lacks (`network` is
+    the trainer's own column)."""
+    ident = cell_identity(meta)
+    return df.assign(**{k: v for k, v in ident.items() if k not in df})
+
+
 IDENTITY = ("model", "strategy", "algorithm", "workers", "servers", "batch_size", "shape",
             "dataset", "dtype", "steps", "warmup_steps", "compute", "replay_source", "network",
             "scale", "time_dilation", "overlap", "bucket_mb", "lr", "momentum", "seed")
 
 
 def same_cell(a: Path, b: Path) -> str:
-    """'' when runs `a` and `b` ran the same cell configuration (IDENTITY keys both record),
-    else the first key that differs, as 'key: a -> b'."""
-    pa, pb = records.read_meta(a).get("params") or {}, records.read_meta(b).get("params") or {}
+    """'' when runs `a` and `b` ran the same cell configuration (IDENTITY keys both record, and
+    the cell identity beyond the config: testbed, network, gpus_per_node, latency, with the
+    defaults for records that predate them), else the first key that differs, as
+    'key: a -> b'."""
+    ma, mb = records.read_meta(a), records.read_meta(b)
+    pa, pb = ma.get("params") or {}, mb.get("params") or {}
     for key in IDENTITY:
         if key in pa and key in pb and pa[key] != pb[key]:
             return f"{key}: {pa[key]!r} -> {pb[key]!r}"
+    ia, ib = cell_identity(ma), cell_identity(mb)
+    for key in NETWORK_IDENTITY:
+        if ia[key] != ib[key]:
+            return f"{key}: {ia[key]!r} -> {ib[key]!r}"
     return ""
 
 
@@ -105,9 +154,21 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
     cell) to `dest` as further independent runs: a cell's runs in `dest` keep their numbers, the
     new ones follow (r<m>, r<m+1>, ...), each with its own meta.json (host, date, git sha, load).
     Then `dest`/summary.csv is rebuilt from every run (`rebuild_summary`). Returns cell -> runs
-    added. A run whose meta is missing or not ok is skipped; a cell `dest` lacks is created."""
+    added. A run whose meta is missing or not ok is skipped; a cell `dest` lacks is created.
+    A chapter `dest` does not hold yet (no meta.json: chapters 08-10, whose tables are computed
+    from all their runs) also gets `src`'s own tables and meta.json (`folder` columns made
+    relative to the chapter); only CSV and JSON files are copied (no checkpoints)."""
     import shutil
 
+    if (src / "meta.json").exists() and not (dest / "meta.json").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in sorted(src.glob("*.csv")):
+            table = pd.read_csv(f)
+            if "folder" in table:
+                table["folder"] = [str(Path(x).relative_to(src)) if str(x).startswith(str(src))
+                                   else x for x in table["folder"]]
+            table.to_csv(dest / f.name, index=False)
+        shutil.copy2(src / "meta.json", dest / "meta.json")
     added: dict[str, int] = {}
     new_runs: list[tuple[Path, int]] = []
     cells = _cells(src / "runs")
@@ -130,7 +191,7 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
             new_runs.append((target, have + i))
             to.mkdir(parents=True, exist_ok=True)
             for f in run.iterdir():
-                if f.is_file():
+                if f.is_file() and f.suffix in (".csv", ".json"):
                     shutil.copy2(f, to / f.name)
         added[str(cell.relative_to(src / "runs"))] = len(todo)
     flat = all(c.parent == src / "runs" for c in cells)
@@ -180,7 +241,8 @@ def rebuild_summary(chapter: Path) -> pd.DataFrame:
                 continue
             df = pd.read_csv(run / "summary.csv")
             df = df.drop(columns=[c for c in ("repeat", "reused", "error") if c in df])
-            rows.append(df.assign(repeat=k, reused=True, error=""))
+            rows.append(with_identity(df, records.read_meta(run)).assign(
+                repeat=k, reused=True, error=""))
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
     if not table.empty:
         keys = [c for c in ("model", "strategy", "workers", "repeat") if c in table]
@@ -203,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("dest")
     args = parser.parse_args(argv)
     src, dest = Path(args.src), Path(args.dest)
-    for p in (src / "runs", dest):
+    for p in (src / "runs", dest if dest.exists() else dest.parent):  # a new chapter: created
         if not p.is_dir():
             print(f"error: {p} is not a folder: give two chapter folders (…/<chapter>)",
                   file=sys.stderr)
