@@ -185,7 +185,7 @@ def text_gaps(S: Convergence) -> str:
 
 def staleness(S: Convergence) -> None:
     """ps_async's staleness per update (staleness.csv) and its share per worker count
-    (staleness.png)."""
+    (staleness_shares.png: its own name, so the figure's data does not overwrite the table)."""
     runs = S.runs
     stale_runs = runs[(runs["section"] == "staleness") & (runs["strategy"] == "ps_async")]
     S.hist = hist = dynamics.staleness_histogram(stale_runs[["folder", "workers", "seed"]])
@@ -196,7 +196,7 @@ def staleness(S: Convergence) -> None:
             "sum")
         fig = plots.staleness_shares(shares, f"ps_async staleness per update, "
                                              f"{S.C.async_model} on {S.async_ds}, all seeds")
-        plots.save(fig, S.out, "staleness")
+        plots.save(fig, S.out, "staleness_shares")
 
 
 def async_cost(S: Convergence) -> pd.DataFrame:
@@ -228,8 +228,9 @@ def text_async(S: Convergence) -> str:
 
 
 def bracketing(S: Convergence) -> pd.DataFrame:
-    """Final accuracy per all-reduce algorithm (bracketing.csv, bracketing.png): median over
-    seeds with its interval."""
+    """Final accuracy per all-reduce algorithm (bracketing.csv: one row per run, what Fourie
+    2019's claim reads; bracketing_accuracy.png and its data: median over seeds with its
+    interval)."""
     C = S.C
     br = S.final[S.final["section"] == "bracketing"]
     S.bracketing = br[["algorithm", "seed", "test_accuracy", "test_loss", "epoch", "dataset",
@@ -242,7 +243,7 @@ def bracketing(S: Convergence) -> pd.DataFrame:
             per_alg, f"MLP on {C.bracketing_dataset}, {C.bracketing_workers} workers, "
                      f"{C.bracketing_epochs} epoch(s), float32: median over {len(C.seeds)} "
                      "seed(s) and interval")
-        plots.save(fig, S.out, "bracketing")
+        plots.save(fig, S.out, "bracketing_accuracy")
     return per_alg
 
 
