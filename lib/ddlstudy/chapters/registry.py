@@ -174,6 +174,18 @@ for _c in [
             tables={"runs": (), "costs": ("strategy", "recovery", "time_lost_s",
                                           "steps_redone")},
             summary=f"{_S}:faults", quick=False),
+    Chapter("11_beyond", "ZeRO-1/2/3, FSDP and compressed all-reduce (fp16, PowerSGD) beside PS "
+            "and ring: bytes per step per rank, images/sec; one straggler, sync vs async",
+            "Rajbhandari 2020 (ZeRO) Sec. 7.2; Vogels 2019 (PowerSGD)",
+            ("Rajbhandari 2020", "Vogels 2019"), params_section="beyond",
+            tables={"comparison": ("strategy", "repeat", "workers", "bytes_sent_per_step",
+                                   "images_per_sec", "bytes_source"),
+                    "bytes_ratio": ("strategy", "bytes_ratio", "runs"),
+                    "stragglers": ("arm", "factor", "repeat", "images_per_sec_sustained"),
+                    "straggler_slowdown": ("arm", "factor", "ratio")},
+            summary="ddlstudy.chapters.ch11_beyond:summary", quick=False, kind="emulated",
+            headlines=(("Bytes per step per rank and images/sec relative to the ring",
+                        ("beyond.png",)),)),
     Chapter("99_conclusions", "every claim of the five papers beside the quantity that tests "
             "it, with its interval and verdict", "all five papers",
             ("Shi 2019", "Fourie 2019", "Malik 2018", "Pani", "Wang (NCHC)"),

@@ -12,7 +12,8 @@ from ddlstudy.claims.base import Claim
 from ddlstudy.registry import Registry
 
 PAPER_FILES = ("ddlstudy.claims.shi2019", "ddlstudy.claims.fourie2019",
-               "ddlstudy.claims.malik2018", "ddlstudy.claims.pani", "ddlstudy.claims.wang_nchc")
+               "ddlstudy.claims.malik2018", "ddlstudy.claims.pani", "ddlstudy.claims.wang_nchc",
+               "ddlstudy.claims.beyond")
 CLAIMS: Registry[Claim] = Registry("claim", plugins=PAPER_FILES)
 
 

@@ -651,6 +651,73 @@ class FaultsParams(_Section):
         return self
 
 
+class BeyondParams(_Section):
+    """Chapter 11: ZeRO-1/2/3, FSDP and compressed all-reduce beside chapter 03's PS and ring at
+    `workers`, on the same emulated links with compute replayed (`network`, `compute`), bytes per
+    step per rank and images/sec; then `straggler_arms` without / with worker `straggler_rank`
+    slowed by each of `straggler_factors` (and `straggler_delay_s` per step)."""
+
+    strategies: LocalStrategies = Field(default_factory=lambda: [
+        "ps_sync", "allreduce", "zero1", "zero2", "zero3", "fsdp", "ddp", "ddp_fp16",
+        "ddp_powersgd1"])
+    model: ModelName = "resnet18"
+    shape: ShapeName = "cifar"
+    dataset: DatasetName = "synthetic"
+    workers: int = Field(4, ge=2, le=64, description="N: every strategy at the same N")
+    network: str = Field("10GbE", description="a link profile (emulated, as chapter 03's "
+                         "emulated cells; needs root, else loopback, said in the records) or "
+                         "none (local engines)")
+    scale: float | None = Field(None, ge=MIN_SCALE, le=1, description="emulated link rate = "
+                                "profile rate x scale; None: calibrated (netem.scale_for)")
+    compute: Literal["real", "replay"] = "replay"
+    real_compute: LocalStrategies = Field(default_factory=lambda: [
+        "zero3", "fsdp", "ddp_fp16", "ddp_bf16", "ddp_powersgd1", "ddp_powersgd2",
+        "ddp_powersgd4"], description="strategies that have no compute replay (they gather "
+        "or hook inside forward/backward): under compute replay they compute for real, and "
+        "their images/sec is not compared with replayed cells (bytes still are)")
+    replay_source: ReplaySource = Field("gpu", description="'measured', 'gpu' or a CSV path")
+    algorithm: AlgorithmName = "ring_pipelined"
+    batch_size: int = Field(32, ge=1, le=1 << 16)
+    steps: int = Field(3, ge=1, le=1_000_000)
+    warmup_steps: int = Field(1, ge=0, le=1_000_000)
+    lr: float = Field(0.01, gt=0, le=100)
+    repeats: int = Field(5, ge=1, le=100, description="independent runs per cell (a claim "
+                         "decides from >= 5)")
+    timeout_s: float = Field(900.0, gt=0, le=MAX_TIMEOUT_S)
+    straggler_arms: list[str] = Field(default_factory=lambda: [
+        "ps_sync", "ps_async", "ring", "hierarchical", "zero1"], description="arms of "
+        "ddlstudy.experiments.stragglers.ARMS; [] runs no straggler cells")
+    straggler_rank: int = Field(1, ge=0)
+    straggler_factors: list[float] = Field(default_factory=lambda: [2.0])
+    straggler_delay_s: float = Field(0.0, ge=0, le=60)
+
+    @field_validator("strategies")
+    @classmethod
+    def _has_ring(cls, v: list[str]) -> list[str]:
+        if "allreduce" not in v:
+            raise ValueError("name allreduce among the strategies: every bytes ratio divides "
+                             "by the ring's")
+        return v
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        return _known([v], NETWORKS, "network")[0]
+
+    @model_validator(mode="after")
+    def _straggler(self) -> BeyondParams:
+        if self.straggler_rank >= self.workers:
+            raise ValueError(f"straggler_rank {self.straggler_rank} must be a worker rank "
+                             f"0..{self.workers - 1}")
+        if any(not 1 <= f <= 100 for f in self.straggler_factors):
+            raise ValueError("each straggler factor must be in [1, 100], e.g. [2.0]")
+        if self.straggler_arms and not self.straggler_delay_s and not any(
+                f > 1 for f in self.straggler_factors):
+            raise ValueError("the straggler slows nothing: give a factor > 1 or "
+                             "straggler_delay_s > 0 (or straggler_arms: [])")
+        return self
+
+
 class ReportParams(_Section):
     chapters: list[str] = Field(default_factory=lambda: list(CHAPTERS))
     kernel: str = "python3"
@@ -681,6 +748,7 @@ class StudyParams(_Section):
     batch_sweep: BatchSizeParams = Field(default_factory=BatchSizeParams)
     frameworks: FrameworksParams = Field(default_factory=FrameworksParams)
     faults: FaultsParams = Field(default_factory=FaultsParams)
+    beyond: BeyondParams = Field(default_factory=BeyondParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
     @model_validator(mode="after")

@@ -53,7 +53,47 @@ def make_buckets(params: Sequence[nn.Parameter], bucket_bytes: int) -> list[_Buc
     return buckets
 
 
-class AllReduce(Strategy):
+class BucketHooks:
+    """Gradient buckets filled from autograd hooks and handed, complete and in bucket order, to a
+    communication thread's queue (`_todo`), so every rank issues the same messages in the same
+    sequence. Shared by the overlapped all-reduce and the overlapped parameter server; the host
+    class sets `buckets`, `_where` (id(param) -> (bucket, index)), `_next`, `_todo` and
+    `overlap` (False: buckets wait for `_launch_ready(force=True)` after backward)."""
+
+    buckets: list[_Bucket]
+    _where: dict[int, tuple[_Bucket, int]]
+    _next: int
+    _todo: queue.Queue
+    overlap: bool = True
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        """Autograd hook: pack this gradient; launch every bucket that is now complete."""
+        bucket, i = self._where[id(p)]
+        a, b = bucket.offsets[i]
+        bucket.buf[a:b].copy_(p.grad.reshape(-1))
+        bucket.pending -= 1
+        if self.overlap:
+            self._launch_ready()
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        self._on_grad(p)
+
+    def _launch_ready(self, force: bool = False) -> None:
+        """Queue every complete bucket in order; `force`: the rest too (unused parameters'
+        gradients are zero)."""
+        while self._next < len(self.buckets):
+            bucket = self.buckets[self._next]
+            if bucket.pending > 0 and not force:
+                return
+            if bucket.pending > 0:
+                for p, (a, b) in zip(bucket.params, bucket.offsets, strict=True):
+                    if p.grad is None:
+                        bucket.buf[a:b].zero_()
+            self._todo.put(bucket)
+            self._next += 1
+
+
+class AllReduce(BucketHooks, Strategy):
     """Bucketed all-reduce of gradients with any `collectives` algorithm, overlapped or not."""
 
     name = "allreduce"
@@ -112,31 +152,6 @@ class AllReduce(Strategy):
                 self._done.put(None)
             except BaseException as err:  # noqa: BLE001 - handed to the training thread
                 self._done.put(err)
-
-    def _on_grad(self, p: torch.Tensor) -> None:
-        """Autograd hook: pack this gradient; launch every bucket that is now complete, in
-        bucket order so all ranks issue the same collectives in the same sequence."""
-        bucket, i = self._where[id(p)]
-        a, b = bucket.offsets[i]
-        bucket.buf[a:b].copy_(p.grad.reshape(-1))
-        bucket.pending -= 1
-        if self.overlap:
-            self._launch_ready()
-
-    def _grad_ready(self, p: torch.Tensor) -> None:
-        self._on_grad(p)
-
-    def _launch_ready(self, force: bool = False) -> None:
-        while self._next < len(self.buckets):
-            bucket = self.buckets[self._next]
-            if bucket.pending > 0 and not force:
-                return
-            if bucket.pending > 0:  # parameters unused this step: their gradient is zero
-                for p, (a, b) in zip(bucket.params, bucket.offsets, strict=True):
-                    if p.grad is None:
-                        bucket.buf[a:b].zero_()
-            self._todo.put(bucket)
-            self._next += 1
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         self._reset_counters()

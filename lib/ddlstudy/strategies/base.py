@@ -209,6 +209,20 @@ class Strategy:
         loss.backward()
         return float(loss.detach())
 
+    def _train_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                    ) -> tuple[float, float, float]:
+        """Forward + backward through `model` (the strategy's wrapper), then `self.opt.step()`,
+        with device syncs at both ends: (loss, compute_s, update_s). For strategies whose
+        communication happens inside backward (DDP hooks, FSDP) or not at all (single)."""
+        self._sync()
+        t0 = time.perf_counter()
+        loss = self._forward_backward(model, x, y)
+        self._sync()
+        t1 = time.perf_counter()
+        self.opt.step()
+        self._sync()
+        return loss, t1 - t0, time.perf_counter() - t1
+
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         raise NotImplementedError
 

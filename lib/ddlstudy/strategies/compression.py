@@ -15,7 +15,6 @@ minimum with error feedback); the study's default 2 warm-up steps cover them.
 from __future__ import annotations
 
 import threading
-import time
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -123,18 +122,12 @@ class CompressedDDP(Strategy):
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         with self.counter.lock:
             self.counter.nbytes = 0
-        self._sync()
-        t0 = time.perf_counter()
-        loss = self._forward_backward(self.ddp, x, y)
-        self._sync()
-        t1 = time.perf_counter()
-        self.opt.step()
-        self._sync()
-        t2 = time.perf_counter()
+        loss, compute_s, update_s = self._train_step(self.ddp, x, y)
         n = self.world
         wire = 2 * (n - 1) * self.counter.nbytes // n if n > 1 else 0
-        return StepStats(loss=loss, compute_s=t1 - t0, comm_s=float("nan"),
-                         comm_wait_s=float("nan"), update_s=t2 - t1, step_s=t2 - t0,
+        return StepStats(loss=loss, compute_s=compute_s, comm_s=float("nan"),
+                         comm_wait_s=float("nan"), update_s=update_s,
+                         step_s=compute_s + update_s,
                          bytes_sent=wire, bytes_recv=wire, images=len(x))
 
     def settings(self) -> dict[str, Any]:

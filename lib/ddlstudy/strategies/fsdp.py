@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import math
 import threading
-import time
 from typing import Any
 
 import torch
@@ -121,20 +120,13 @@ class FSDP(Strategy):
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
         self.count.reset()
-        self._sync()
-        t0 = time.perf_counter()
-        loss = self._forward_backward(self.model, x, y)
-        self._sync()
-        t1 = time.perf_counter()
-        self.opt.step()
-        self._sync()
-        t2 = time.perf_counter()
+        loss, compute_s, update_s = self._train_step(self.model, x, y)
         self._stale = True
         frac = (self.world - 1) / self.world
         wire = int(frac * (self.count.gathered + self.count.scattered))
-        return StepStats(loss=loss, compute_s=t1 - t0, comm_s=math.nan, comm_wait_s=math.nan,
-                         update_s=t2 - t1, step_s=t2 - t0, bytes_sent=wire, bytes_recv=wire,
-                         images=len(x))
+        return StepStats(loss=loss, compute_s=compute_s, comm_s=math.nan, comm_wait_s=math.nan,
+                         update_s=update_s, step_s=compute_s + update_s, bytes_sent=wire,
+                         bytes_recv=wire, images=len(x))
 
     def end_chunk(self) -> None:
         """Assemble the plain copy (all workers: full_tensor is an all-gather)."""

@@ -37,7 +37,7 @@ from torch import nn
 
 from ddlstudy.collectives.common import Comm, bounds
 from ddlstudy.collectives.transports import DistTransport, Handle
-from ddlstudy.strategies.allreduce import _Bucket, make_buckets
+from ddlstudy.strategies.allreduce import BucketHooks, _Bucket, make_buckets
 from ddlstudy.strategies.base import StepStats, Strategy
 
 GRAD, STOP = 1, 2
@@ -60,7 +60,7 @@ def analytic_traffic(model_bytes: int, workers: int, servers: int, colocated: bo
     return n * model_bytes // s, n * (model_bytes // s + HEADER_BYTES)
 
 
-class PSOverlap(Strategy):
+class PSOverlap(BucketHooks, Strategy):
     """Per-bucket push during backward, pull pipelined with the next push; S servers."""
 
     name = "ps_overlap"
@@ -129,29 +129,6 @@ class PSOverlap(Strategy):
         self._thread.start()
 
     # ------------------------------------------------------------------ worker
-    def _on_grad(self, p: torch.Tensor) -> None:
-        bucket, i = self._where[id(p)]
-        a, b = bucket.offsets[i]
-        bucket.buf[a:b].copy_(p.grad.reshape(-1))
-        bucket.pending -= 1
-        self._launch_ready()
-
-    def _grad_ready(self, p: torch.Tensor) -> None:
-        self._on_grad(p)
-
-    def _launch_ready(self, force: bool = False) -> None:
-        """Hand every complete bucket to the communication thread, in bucket order."""
-        while self._next < len(self.buckets):
-            bucket = self.buckets[self._next]
-            if bucket.pending > 0 and not force:
-                return
-            if bucket.pending > 0:  # parameters unused this step: their gradient is zero
-                for p, (a, b) in zip(bucket.params, bucket.offsets, strict=True):
-                    if p.grad is None:
-                        bucket.buf[a:b].zero_()
-            self._todo.put(bucket)
-            self._next += 1
-
     def _comm_loop(self) -> None:
         while True:
             bucket = self._todo.get()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -21,13 +20,6 @@ class Single(Strategy):
         self.opt = self._optimizer(self.params)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
-        self._sync()
-        t0 = time.perf_counter()
-        loss = self._forward_backward(self.model, x, y)
-        self._sync()
-        t1 = time.perf_counter()
-        self.opt.step()
-        self._sync()
-        t2 = time.perf_counter()
-        return StepStats(loss=loss, compute_s=t1 - t0, update_s=t2 - t1, step_s=t2 - t0,
-                         images=len(x))
+        loss, compute_s, update_s = self._train_step(self.model, x, y)
+        return StepStats(loss=loss, compute_s=compute_s, update_s=update_s,
+                         step_s=compute_s + update_s, images=len(x))

@@ -1,0 +1,256 @@
+"""Chapter 11 (beyond the papers): sharded data parallelism (ZeRO-1/2/3, torch FSDP) and
+compressed all-reduce (fp16, PowerSGD) beside chapter 03's PS and ring, on the same testbed
+(emulated links with compute replayed, or this host), and what one straggler costs each.
+
+`setup` settles the `beyond` params section with the notebook's overrides, `run` trains the
+comparison grid (every strategy at the same N, interleaved repeats), `ratios` forms bytes per
+step per rank relative to the ring run by run, `stragglers` runs the with / without straggler
+cells (ddlstudy.experiments.stragglers), and `text` / `summary` say what the records show.
+Bytes are those the study's own Comm counted (`bytes_source` counted) or, for torch DDP / FSDP,
+what their buckets imply (`analytic`): a ratio of counted bytes tests the implementation of
+the algorithm, not a network.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ddlstudy.analysis import stats
+from ddlstudy.records import store as records
+
+NAME = "11_beyond"
+BASELINE = "allreduce"  # chapter 03's ring: what every bytes ratio divides by
+COMPARISON_VIEW = ["strategy", "repeat", "workers", "compute_mode", "bytes_sent_per_step",
+                   "bytes_recv_per_step", "bytes_source", "images_per_sec",
+                   "images_per_sec_cluster", "step_time_p50_s"]
+
+
+@dataclass
+class Beyond:
+    """What the chapter's cells share: params, the `beyond` section, its folder, the configs
+    and the tables as they are made."""
+
+    P: Any
+    B: Any
+    out: Path
+    configs: list[Any]
+    comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
+    bytes_ratio: pd.DataFrame = field(default_factory=pd.DataFrame)
+    straggler_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    slowdown: pd.DataFrame = field(default_factory=pd.DataFrame)
+    net: dict[str, Any] = field(default_factory=dict)
+
+
+def setup(P: Any, run_dir: str | Path | None, **overrides: Any) -> Beyond:
+    """The `beyond` section with the notebook's non-None overrides, the chapter folder and one
+    config per strategy (all at `workers`, the ring's algorithm from the section)."""
+    from ddlstudy.experiments import grid
+
+    B = P.beyond.model_validate({**P.beyond.model_dump(),
+                                 **{k: v for k, v in overrides.items() if v is not None}})
+    out = records.chapter_dir(run_dir, NAME, P.model_dump(mode="json"),
+                              notebook=B.model_dump(mode="json"))
+    base = base_config(P, B)
+    configs = grid.training_grid(base, [B.model], B.strategies, [B.workers])
+    configs = [replace(c, compute="real").validate()
+               if c.compute == "replay" and c.strategy in B.real_compute else c for c in configs]
+    return Beyond(P, B, out, configs)
+
+
+def base_config(P: Any, B: Any) -> Any:
+    """The TrainConfig every cell starts from (model, data, steps, compute)."""
+    from ddlstudy.train.config import TrainConfig
+
+    return TrainConfig(model=B.model, shape=B.shape, dataset=B.dataset, algorithm=B.algorithm,
+                       batch_size=B.batch_size, steps=B.steps, warmup_steps=B.warmup_steps,
+                       lr=B.lr, seed=P.seed, data_root=str(P.data.path()),
+                       verify_data=P.data.verify, compute=B.compute,
+                       replay_source=B.replay_source)
+
+
+def describe(S: Beyond) -> str:
+    """One line saying what will run, so a reader knows the cost before it starts."""
+    B = S.B
+    where = (f"links shaped to {B.network}-like (scale {B.scale or 'calibrated'}), compute "
+             f"{B.compute}" if B.network != "none" else f"local engines, compute {B.compute}")
+    slow = (f"; stragglers: {', '.join(B.straggler_arms)} with worker {B.straggler_rank} x"
+            f"{'/'.join(f'{f:g}' for f in B.straggler_factors)}"
+            + (f" + {B.straggler_delay_s:g} s per step" if B.straggler_delay_s else "")
+            if B.straggler_arms else "")
+    return (f"{len(S.configs)} strategies ({', '.join(B.strategies)}) x {B.repeats} repeat(s) "
+            f"on {B.model}, {B.workers} workers x batch {B.batch_size}, {B.warmup_steps} warm-up"
+            f" + {B.steps} steps; {where}{slow}")
+
+
+def _cluster(S: Beyond, engines: int) -> Any:
+    from ddlstudy.experiments import grid
+
+    return grid.emulated_cluster(S.B.network, engines, S.B.scale, offload_off=False,
+                                 start_timeout_s=S.P.cluster.start_timeout_s,
+                                 collective_timeout_s=S.B.timeout_s)
+
+
+def run(S: Beyond) -> pd.DataFrame:
+    """Every strategy at N workers, repeats interleaved, on one cluster; writes comparison.csv
+    (one row per run) and raises on a failed run."""
+    from ddlstudy.experiments import grid
+
+    with _cluster(S, grid.engines_needed(S.configs)) as cluster:
+        S.net = cluster.network_info or {"profile": "none"}
+        configs = grid.dilate(S.configs, cluster)
+        summary = grid.run_grid(cluster, configs, S.out / "runs", repeats=S.B.repeats)
+    records.write_table(summary, S.out, "comparison")
+    failed = summary[summary["error"].fillna("").astype(str) != ""]
+    assert failed.empty, f"runs failed: {failed[['strategy', 'error']].to_dict('records')}"
+    S.comparison = summary
+    return summary[[c for c in COMPARISON_VIEW if c in summary]]
+
+
+def bytes_ratios(comparison: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per strategy: bytes sent per step per rank / the ring's, run by run (same repeat), the
+    median with its interval, and images/sec relative to the ring likewise."""
+    ok = comparison[comparison["error"].fillna("").astype(str) == ""]
+    base = ok[ok["strategy"] == baseline].set_index("repeat")
+    rows = []
+    for strategy, part in ok.groupby("strategy", sort=False):
+        p = part.set_index("repeat")
+        common = p.index.intersection(base.index)
+        b = stats.ratio_ci(p.loc[common, "bytes_sent_per_step"],
+                           base.loc[common, "bytes_sent_per_step"])
+        rate = "images_per_sec_cluster" if "images_per_sec_cluster" in p else "images_per_sec"
+        r = stats.ratio_ci(p.loc[common, rate], base.loc[common, rate])
+        same = _mode(part) == _mode(base)
+        if not same:  # real compute on this host vs replayed H100 compute: not comparable
+            r = stats.Interval(math.nan, math.nan, math.nan, 0, "not compared")
+        rows.append({"strategy": strategy, "workers": int(part["workers"].iloc[0]),
+                     "compute_mode": _mode(part),
+                     "bytes_source": str(part["bytes_source"].iloc[0]),
+                     "bytes_sent_per_step": float(part["bytes_sent_per_step"].median()),
+                     "bytes_ratio": b.value, "bytes_ratio_ci_low": b.low,
+                     "bytes_ratio_ci_high": b.high,
+                     "images_per_sec": float(part["images_per_sec"].median()),
+                     "images_per_sec_cluster": float(part["images_per_sec_cluster"].median()),
+                     "rate_ratio": r.value, "rate_ratio_ci_low": r.low,
+                     "rate_ratio_ci_high": r.high, "runs": b.n})
+    return pd.DataFrame(rows)
+
+
+def _mode(df: pd.DataFrame) -> str:
+    return str(df["compute_mode"].iloc[0]) if "compute_mode" in df and len(df) else "real"
+
+
+def ratios(S: Beyond) -> pd.DataFrame:
+    """`bytes_ratios` of the comparison; writes bytes_ratio.csv."""
+    S.bytes_ratio = bytes_ratios(S.comparison)
+    records.write_table(S.bytes_ratio, S.out, "bytes_ratio")
+    return S.bytes_ratio
+
+
+def stragglers(S: Beyond) -> pd.DataFrame:
+    """The straggler arms at N workers, without and with worker `straggler_rank` slowed, on the
+    same links; writes stragglers.csv (one row per run) and straggler_slowdown.csv."""
+    from ddlstudy.experiments import stragglers as st
+
+    B = S.B
+    if not B.straggler_arms:
+        S.straggler_runs = pd.DataFrame(columns=st.TABLE_COLUMNS)
+    else:
+        cells = st.cells(base_config(S.P, B), B.straggler_arms, [B.workers],
+                         B.straggler_factors, rank=B.straggler_rank,
+                         delay_s=B.straggler_delay_s)
+        S.straggler_runs = st.run(cells, S.out / "straggler_runs", network=B.network,
+                                  scale=B.scale, repeats=B.repeats,
+                                  start_timeout_s=S.P.cluster.start_timeout_s,
+                                  collective_timeout_s=B.timeout_s)
+    S.slowdown = st.slowdown(S.straggler_runs)
+    records.write_table(S.straggler_runs, S.out, "stragglers")
+    records.write_table(S.slowdown, S.out, "straggler_slowdown")
+    return S.slowdown
+
+
+def figure(S: Beyond) -> Any:
+    """Bytes per step per rank and images/sec per strategy, relative to the ring
+    (beyond.png)."""
+    import matplotlib.pyplot as plt
+
+    from ddlstudy.analysis import plots
+
+    df = S.bytes_ratio
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, col, what in ((axes[0], "bytes_ratio", "bytes sent per step per rank"),
+                          (axes[1], "rate_ratio", "images/sec")):
+        lo = (df[col] - df[f"{col}_ci_low"]).clip(lower=0).fillna(0)
+        hi = (df[f"{col}_ci_high"] - df[col]).clip(lower=0).fillna(0)
+        colors = ["tab:orange" if s == "counted" else "tab:gray" for s in df["bytes_source"]]
+        ax.barh(df["strategy"], df[col], xerr=[lo, hi], color=colors)
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_xlabel(f"{what} / ring's (median of runs, 95 % interval)")
+    axes[0].set_title("orange: counted by ddlstudy's Comm; gray: analytic (torch DDP/FSDP)",
+                      fontsize=9)
+    cond = _conditions(S)
+    fig.suptitle(f"{S.B.model} at {S.B.workers} workers{': ' + cond if cond else ''}",
+                 fontsize=10)
+    fig.tight_layout()
+    plots.save(fig, S.out, "beyond")
+    return fig
+
+
+def _conditions(S: Beyond) -> str:
+    from ddlstudy.train.results import conditions
+
+    return conditions(S.configs[0], S.net) if S.configs else ""
+
+
+def text(S: Beyond) -> str:
+    """The chapter's findings, computed from its tables."""
+    return summary_lines(S.bytes_ratio, S.slowdown, _conditions(S))
+
+
+def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "") -> str:
+    """Bullets: each strategy's bytes and rate relative to the ring, then each straggler cell."""
+    from ddlstudy.experiments.stragglers import sentences
+
+    lines = []
+    for r in ratio.itertuples():
+        if r.strategy == BASELINE:
+            continue
+        b = (f"{r.bytes_ratio:.3g}x the ring's bytes per step per rank ({r.bytes_source})"
+             if math.isfinite(r.bytes_ratio) else "bytes not compared")
+        rate = (f"{r.rate_ratio:.2f}x its images/sec" + (
+            f" [{r.rate_ratio_ci_low:.2f}, {r.rate_ratio_ci_high:.2f}]"
+            if math.isfinite(r.rate_ratio_ci_low) else " (no interval)")
+            if math.isfinite(r.rate_ratio) else
+            f"images/sec not compared (compute {r.compute_mode} here, the ring's differs)")
+        lines.append(f"{r.strategy}: {b}, {rate}, {r.runs} run(s).")
+    lines += sentences(slow)
+    if cond:
+        lines.append(f"Conditions: {cond}.")
+    return "\n\n".join(f"- {x}" for x in lines) or "No run finished."
+
+
+def summary(folder: Path) -> str:
+    """The book's sentence for this chapter, from bytes_ratio.csv and straggler_slowdown.csv."""
+    folder = Path(folder)
+    path = folder / "bytes_ratio.csv"
+    if not path.exists():
+        return "`bytes_ratio.csv` was not written."
+    ratio = pd.read_csv(path)
+    parts = []
+    for strategy in ("zero1", "zero3", "ddp_powersgd1"):
+        row = ratio[ratio["strategy"] == strategy]
+        if len(row) and math.isfinite(float(row["bytes_ratio"].iloc[0])):
+            parts.append(f"{strategy} sent {float(row['bytes_ratio'].iloc[0]):.3g}x the ring's "
+                         "bytes per step per rank")
+    slow_path = folder / "straggler_slowdown.csv"
+    if slow_path.exists() and len(slow := pd.read_csv(slow_path)):
+        worst = slow.loc[slow["ratio"].idxmin()]
+        best = slow.loc[slow["ratio"].idxmax()]
+        parts.append(f"with one straggler, {worst['arm']} kept {worst['ratio']:.2f} of its rate "
+                     f"and {best['arm']} {best['ratio']:.2f}")
+    return ("; ".join(parts) + ".") if parts else "No strategy was compared with the ring."
+

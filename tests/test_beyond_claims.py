@@ -1,0 +1,94 @@
+"""ZeRO's communication-volume claims (Rajbhandari 2020, Sec. 7.2) on synthetic chapter 11
+records: agrees, differs, inconclusive, too few runs, missing input, and counted bytes with no
+run-to-run spread (set by the algorithm: no interval, said so)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ddlstudy.claims import beyond, engine
+
+CH = beyond.CH11
+FOLDERS = {CH: [CH]}
+CLAIM = {c.id: c for c in beyond.CLAIMS}
+
+
+def _records(tmp: Path, ratio: float, spread: list[float], strategy: str = "zero1",
+             source: str = "counted") -> Path:
+    """comparison.csv with one ring row and one `strategy` row per run (repeat)."""
+    ring = 4_000_000.0
+    rows = []
+    for rep, f in enumerate(spread):
+        rows.append({"strategy": "allreduce", "repeat": rep, "workers": 4, "network": "10GbE",
+                     "bytes_sent_per_step": ring, "bytes_source": "counted",
+                     "images_per_sec": 100.0})
+        rows.append({"strategy": strategy, "repeat": rep, "workers": 4, "network": "10GbE",
+                     "bytes_sent_per_step": ring * ratio * f, "bytes_source": source,
+                     "images_per_sec": 90.0})
+    (tmp / CH).mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(tmp / CH / "comparison.csv", index=False)
+    return tmp
+
+
+NOISE = [0.999, 1.001, 1.0, 0.9995, 1.0005, 1.0002, 0.9998]
+WIDE = [0.6, 1.6, 0.8, 1.3, 1.0, 0.7, 1.45]
+
+
+@pytest.mark.parametrize(("claim_id", "strategy", "ratio", "spread", "verdict"), [
+    ("zero_stage1_same_volume", "zero1", 1.0, NOISE, engine.AGREES),
+    ("zero_stage1_same_volume", "zero1", 1.3, NOISE, engine.DIFFERS),
+    ("zero_stage1_same_volume", "zero1", 1.0, WIDE, engine.INCONCLUSIVE),
+    ("zero_stage2_same_volume", "zero2", 1.0, NOISE, engine.AGREES),
+    ("zero_stage3_1_5x_volume", "zero3", 1.5, NOISE, engine.AGREES),
+    ("zero_stage3_1_5x_volume", "zero3", 1.0, NOISE, engine.DIFFERS),
+])
+def test_verdict_follows_the_runs(tmp_path: Path, claim_id: str, strategy: str, ratio: float,
+                                  spread: list[float], verdict: str) -> None:
+    run = _records(tmp_path, ratio, spread, strategy)
+    rows = engine.evaluate(CLAIM[claim_id], run, FOLDERS)
+    assert [r["verdict"] for r in rows] == [verdict], rows[0]["reason"]
+    assert rows[0]["runs"] == len(spread) and "4 workers" in rows[0]["quantity"]
+
+
+def test_too_few_runs_is_inconclusive(tmp_path: Path) -> None:
+    run = _records(tmp_path, 1.0, NOISE[:3])
+    row = engine.evaluate(CLAIM["zero_stage1_same_volume"], run, FOLDERS)[0]
+    assert row["verdict"] == engine.INCONCLUSIVE
+    assert row["reason"].startswith("inconclusive: 3 runs (needs 5)")
+
+
+def test_missing_chapter_or_strategy_says_what_to_run(tmp_path: Path) -> None:
+    row = engine.evaluate(CLAIM["zero_stage3_1_5x_volume"], tmp_path, {})[0]
+    assert row["verdict"] == engine.NOT_MEASURED and "11_beyond" in row["reason"]
+    run = _records(tmp_path, 1.0, NOISE, "zero1")  # no zero3 rows
+    row = engine.evaluate(CLAIM["zero_stage3_1_5x_volume"], run, FOLDERS)[0]
+    assert row["verdict"] == engine.NOT_MEASURED and "zero3" in row["reason"]
+
+
+def test_analytic_bytes_are_not_used(tmp_path: Path) -> None:
+    """torch's own bytes (analytic, from bucket sizes) never stand in for counted ones."""
+    run = _records(tmp_path, 1.0, NOISE, "zero1", source="analytic")
+    row = engine.evaluate(CLAIM["zero_stage1_same_volume"], run, FOLDERS)[0]
+    assert row["verdict"] == engine.NOT_MEASURED
+
+
+@pytest.mark.parametrize(("ratio", "where"), [(1.0, "inside"), (1.25, "outside")])
+def test_counted_bytes_without_spread_are_set_by_the_algorithm(tmp_path: Path, ratio: float,
+                                                               where: str) -> None:
+    run = _records(tmp_path, ratio, [1.0] * 5)
+    row = engine.evaluate(CLAIM["zero_stage1_same_volume"], run, FOLDERS)[0]
+    assert row["verdict"] == engine.SET_BY_CONFIG
+    assert f"ratio {ratio:.4f}, {where} the claim's [0.98, 1.02]" in row["reason"]
+    assert "tests the implementation" in row["reason"] and np.isnan(row["value"])
+
+
+def test_claims_say_bytes_are_set_by_the_algorithm() -> None:
+    for c in beyond.CLAIMS:
+        assert "set by the algorithm" in c.conditions and "implementation" in c.conditions
+        assert c.reads == ((CH, "comparison"),) and c.paper in engine.PAPERS
+    assert CLAIM["zero_stage1_same_volume"].margin_low == 0.98
+    assert CLAIM["zero_stage3_1_5x_volume"].margin_low == pytest.approx(1.35)

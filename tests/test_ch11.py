@@ -1,0 +1,88 @@
+"""Chapter 11 (beyond the papers): registered with its tables and params, bytes ratios formed
+run by run, and on real engines ZeRO-1 sends the ring's bytes per step and ZeRO-3 1.5x them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ddlstudy.chapters import ch11_beyond as ch
+from ddlstudy.chapters.registry import get_chapter
+from ddlstudy.config.params import ParamsError, load_params
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = [str(REPO / "params/default.yaml"), str(REPO / "params/ci.yaml")]
+
+
+def test_registered_with_notebook_params_and_tables() -> None:
+    c = get_chapter(ch.NAME)
+    assert (REPO / "notebooks" / c.notebook).exists() and c.params_section == "beyond"
+    assert {"comparison", "bytes_ratio", "stragglers", "straggler_slowdown"} <= set(c.tables)
+    assert not c.quick  # report-full, like 07-10
+    full = load_params(str(REPO / "params/default.yaml"), str(REPO / "params/full.yaml"))
+    assert ch.NAME in full.report.chapters
+
+
+@pytest.mark.parametrize(("beyond", "match"), [
+    ({"straggler_rank": 4}, "straggler_rank 4 must be a worker rank 0..3"),
+    ({"strategies": ["zero1"]}, "name allreduce among the strategies"),
+    ({"straggler_factors": [1.0]}, "slows nothing"),
+    ({"straggler_factors": [500.0]}, r"in \[1, 100\]"),
+    ({"network": "carrier-pigeon"}, "unknown network"),
+])
+def test_bad_params_are_one_line(tmp_path: Path, beyond: dict, match: str) -> None:
+    import yaml
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"beyond": beyond}))
+    with pytest.raises(ParamsError, match=match) as err:
+        load_params(str(REPO / "params/default.yaml"), str(path))
+    assert "\n" not in str(err.value)
+
+
+def _comparison(zero3_mode: str = "real") -> pd.DataFrame:
+    rows = []
+    for rep in range(3):
+        rows += [{"strategy": "allreduce", "repeat": rep, "workers": 4, "compute_mode": "replay",
+                  "bytes_sent_per_step": 100.0, "bytes_source": "counted",
+                  "images_per_sec": 200.0 + rep, "images_per_sec_cluster": 200.0 + rep,
+                  "error": ""},
+                 {"strategy": "zero1", "repeat": rep, "workers": 4, "compute_mode": "replay",
+                  "bytes_sent_per_step": 100.0, "bytes_source": "counted",
+                  "images_per_sec": 100.0 + rep, "images_per_sec_cluster": 100.0 + rep,
+                  "error": ""},
+                 {"strategy": "zero3", "repeat": rep, "workers": 4, "compute_mode": zero3_mode,
+                  "bytes_sent_per_step": 150.0, "bytes_source": "counted",
+                  "images_per_sec": 10.0, "images_per_sec_cluster": 10.0, "error": ""}]
+    return pd.DataFrame(rows)
+
+
+def test_bytes_ratios_pair_runs_and_compare_rates_only_in_one_compute_mode(tmp_path: Path
+                                                                         ) -> None:
+    r = ch.bytes_ratios(_comparison()).set_index("strategy")
+    assert r.loc["zero1", "bytes_ratio"] == 1.0 and r.loc["zero3", "bytes_ratio"] == 1.5
+    assert r.loc["zero1", "rate_ratio"] == pytest.approx(0.5, rel=0.02)
+    assert pd.isna(r.loc["zero3", "rate_ratio"])  # real compute vs replayed: not compared
+    text = ch.summary_lines(r.reset_index(), pd.DataFrame(
+        columns=["arm", "workers", "factor", "delay_s", "ratio", "ci_low", "ci_high", "runs"]))
+    assert "zero3: 1.5x the ring's bytes" in text and "not compared" in text
+    r.reset_index().to_csv(tmp_path / "bytes_ratio.csv", index=False)
+    assert "zero3 sent 1.5x the ring's bytes per step per rank" in ch.summary(tmp_path)
+    assert "was not written" in ch.summary(tmp_path / "nothing")
+
+
+def test_real_run_zero1_sends_the_rings_bytes_and_zero3_one_and_a_half(tmp_path: Path) -> None:
+    """CI settings (mlp, local engines, real compute), one repeat, no straggler cells."""
+    P = load_params(*FILES)
+    S = ch.setup(P, tmp_path, strategies=["allreduce", "zero1", "zero3"], repeats=1,
+                 network="none", straggler_arms=[])
+    ch.run(S)
+    r = ch.ratios(S).set_index("strategy")
+    assert 0.98 <= r.loc["zero1", "bytes_ratio"] <= 1.02, r
+    assert 1.35 <= r.loc["zero3", "bytes_ratio"] <= 1.65, r
+    assert (r["bytes_source"] == "counted").all()
+    slow = ch.stragglers(S)
+    assert slow.empty and (tmp_path / ch.NAME / "stragglers.csv").exists()
+    assert "zero3" in ch.summary(tmp_path / ch.NAME)
