@@ -136,7 +136,10 @@ def test_bracketing_with_four_seeds_is_inconclusive(tmp_path: Path) -> None:
     assert row["verdict"] == "inconclusive" and "4 runs" in row["reason"], row
 
 
-def test_bracketing_not_measured_without_chapter_08(tmp_path: Path) -> None:
+def test_bracketing_not_measured_without_chapter_08(tmp_path: Path, monkeypatch) -> None:
+    from ddlstudy.records import reference
+
+    monkeypatch.setattr(reference, "reference_dir", lambda: tmp_path / "no-reference")
     row = _bracketing_row(tmp_path)
     assert row["verdict"] == "not measured" and "08_convergence" in row["reason"], row
 

@@ -68,7 +68,7 @@ def _accuracy_gap(rec: Records) -> list[Measurement]:
                    _best(df, trees, "test_accuracy", "max", "seed"))
     return [Measurement("best ring-based / best tree-based final test accuracy (per seed)",
                         vals, chapter=CH08, testbed=TESTBED_HOST,
-                        source="measured (real training, one host, float32)")]
+                        source=rec.source(CH08, "measured (real training, one host, float32)"))]
 
 
 def _drift(rec: Records) -> list[Measurement]:

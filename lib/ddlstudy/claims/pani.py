@@ -50,7 +50,7 @@ def _batch(column: str, what: str):  # noqa: ANN202 - a measure function
         rule = str(one["lr_rule"].iloc[0]) if "lr_rule" in one else "lr as configured"
         return [Measurement(f"{model}: {what} at batch {hi} / at batch {lo}, 1 worker, same "
                             f"seed ({rule})", vals, chapter=CH09, testbed=TESTBED_HOST,
-                            source="measured (real training, one host, CPU)")]
+                            source=rec.source(CH09, "measured (real training, one host, CPU)"))]
     return measure
 
 
