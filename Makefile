@@ -21,9 +21,10 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt scripts/build_horovod.sh
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev,tf,docs]' -c constraints.txt
+	$(PY) -m pip install -q -e '.[dev,tf,docs,mpi]' -c constraints.txt
 	$(PY) -m pip check
 	scripts/build_horovod.sh $(VENV)  # Horovod 0.28.1 from source, once; the wheel is cached in ~/.cache/ddlstudy/wheels
+	$(PY) -m ddlstudy.cluster.loopback >/dev/null  # the shim that keeps TF's gRPC servers on loopback (cc), into ~/.cache/ddlstudy
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "ddlstudy (.venv)" >/dev/null
 	touch $(STAMP)
 
@@ -43,9 +44,10 @@ NBVAL := DDLSTUDY_PARAMS=../params/default.yaml:../params/ci.yaml \
 test: setup browser
 	$(VENV)/bin/ruff check lib tests notebooks/conftest.py
 	$(PY) -m pytest -q
-	@# beyond one machine, as root: 3 namespace hosts with sshd (ipyparallel's SSH launcher) and a
-	@# one-node Slurm; each skips with one line where it cannot start (not root, no packages)
-	$(PY) -m pytest -q -m "multihost or slurm" -o addopts="--timeout=900"
+	@# beyond one machine, as root: 3 namespace hosts with sshd (ipyparallel's SSH launcher), a
+	@# one-node Slurm, Open MPI's mpiexec over ssh (the MPI launcher; the tests apt-get sshd, Slurm
+	@# and Open MPI); each skips with one line where it cannot start (not root, no packages)
+	$(PY) -m pytest -q -m "multihost or slurm or mpi" -o addopts="--timeout=900"
 	cd notebooks && DDLSTUDY_NBVAL_SKIP_RENDERED=1 $(NBVAL)
 
 test-notebooks: setup

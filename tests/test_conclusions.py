@@ -74,7 +74,9 @@ def test_one_run_per_cell_is_inconclusive_never_decided(tmp_path: Path, no_refer
 def test_only_folders_the_params_name_are_read(tmp_path: Path) -> None:
     _emulated(tmp_path, {1: 80.0, 3: 100.0, 6: 105.0}, {1: 100.0, 3: 300.0, 6: 590.0})
     t = C.claims_table(tmp_path, {})
-    assert not (t["runs"] > 0).any() or set(t.loc[t["runs"] > 0, "chapter"]) == {"07_frameworks"}
+    # only the chapters the committed reference stands in for (claims.base.Records.fallback)
+    fallback = {"07_frameworks", "08_convergence", "09_batch_size", "10_faults"}
+    assert set(t.loc[t["runs"] > 0, "chapter"]) <= fallback
     assert _rows(t, "shi_ps_levels_off")["verdict"].eq("not measured").all()
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ddlstudy.cluster.launchers import LaunchSpec, add_launch_arguments
 from ddlstudy.collectives.registry import ALGORITHMS
 from ddlstudy.records.lock import OutputFolderError, OutputLock, _printable
 from ddlstudy.strategies import STRATEGIES
@@ -177,21 +178,74 @@ def check_fault_args(args: argparse.Namespace, config: TrainConfig) -> str | Non
     strategy recovers on fresh engines, which only a local cluster can start."""
     from ddlstudy.train.trainer import continues_without_dead, fault_tolerant
 
-    remote = args.network != "none" or getattr(args, "profile", None)
+    launcher = getattr(args, "launcher", "local")
+    remote = args.network != "none" or getattr(args, "profile", None) or launcher != "local"
     if not remote or not fault_tolerant(config) or continues_without_dead(config):
         return None
-    where = f"--network {args.network}" if args.network != "none" else "--ipp-profile"
+    where = (f"--network {args.network}" if args.network != "none" else
+             f"--launcher {launcher}" if launcher != "local" else "--ipp-profile")
     return (f"{config.strategy} recovers from a dead worker on fresh engines, which only local "
             f"engines without an emulated network can start: drop {where}, or --fail-worker / "
             "--checkpoint-every (ps_async goes on without restarting)")
 
 
-def check_data(config: TrainConfig) -> str | None:
+def check_launch_args(args: argparse.Namespace, config: TrainConfig
+                      ) -> tuple[LaunchSpec | None, TrainConfig, str | None]:
+    """--launcher/--hosts/--ifname/... through params' bounded `cluster:` schema, before
+    anything starts: (the launch, the config the engines get, None) or (None, config, the
+    one-line problem). Launched on other hosts, --data-root is sent as the engines resolve it
+    (LaunchSpec.engine_path: relative to each engine's project root)."""
+    import shlex
+
+    from ddlstudy.cluster.launchers import LaunchError, env_from_args
+    from ddlstudy.config.bounds import ParamsError
+
+    if args.launcher == "local" and not any(
+            getattr(args, k) for k in ("hosts", "ifname", "controller_ip", "remote_python",
+                                       "remote_root", "ssh_args", "launcher_args", "env")):
+        return None, config, None
+    try:
+        from ddlstudy.config.params import ClusterParams
+
+        params = ClusterParams.checked(
+            launcher=args.launcher, workers=config.world_size,
+            hosts=args.hosts.split(",") if args.hosts else [], ifname=args.ifname,
+            controller_ip=args.controller_ip, remote_python=args.remote_python,
+            remote_root=args.remote_root, env=env_from_args(args.env),
+            ssh_args=shlex.split(args.ssh_args or ""),
+            launcher_args=shlex.split(args.launcher_args or ""), profile=args.profile)
+        launch = params.launch_spec()
+    except (ParamsError, LaunchError, ValueError) as err:
+        return None, config, str(err)
+    if launch.slots and launch.slots < config.world_size:
+        return None, config, (f"--hosts give {launch.slots} engine slots but {config.label} "
+                              f"needs {config.world_size} engines (workers + servers): add "
+                              "slots, e.g. node1:2,node2:2")
+    if launch.is_remote and args.network != "none":
+        return None, config, (f"--network {args.network} emulates nodes on this machine; it "
+                              f"cannot use --launcher {args.launcher}'s hosts: drop one")
+    from dataclasses import replace
+
+    from ddlstudy.records.store import project_root
+
+    return launch, replace(config, data_root=launch.engine_path(
+        str(Path(config.data_root).expanduser()), project_root())), None
+
+
+def check_data(config: TrainConfig, launch: LaunchSpec | None = None) -> str | None:
     """Read (and, unless --no-verify-data, checksum) the data files on the driver before any
     engine starts, labels range-checked: None, or the one-line problem. Synthetic data: None."""
     if not config.real_data:
         return None
     from ddlstudy.workload.data import load_dataset
+
+    if launch is not None and launch.is_remote and not Path(config.data_root).is_absolute():
+        from dataclasses import replace
+
+        from ddlstudy.records.store import project_root
+
+        # the engines read it relative to their project root: the driver checks its own
+        config = replace(config, data_root=str(project_root() / config.data_root))
 
     splits = (True, False) if config.eval else (True,)
     try:
@@ -258,6 +312,7 @@ def _parser() -> argparse.ArgumentParser:
     add_config_arguments(parser)
     add_network_arguments(parser)
     add_node_arguments(parser)
+    add_launch_arguments(parser)
     parser.add_argument("--out", default=None, help="write steps.csv, summary.csv, meta.json here")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     return parser
@@ -334,18 +389,20 @@ def main(argv: list[str] | None = None) -> int:
             config.validate()
         except ValueError as err:
             parser.error(str(err))
-        problem = (check_fault_args(args, config) or check_network_args(args)
-                   or check_node_args(args) or check_data(config))
+        launch, config, problem = check_launch_args(args, config)
+        problem = (problem or check_fault_args(args, config) or check_network_args(args)
+                   or check_node_args(args) or check_data(config, launch))
         if problem:
             parser.error(problem)
         started = True
-        return _run(args, config)
+        return _run(args, config, launch)
     finally:
         if owned is not None:
             owned.release(keep_new=started)
 
 
-def _run(args: argparse.Namespace, config: TrainConfig) -> int:
+def _run(args: argparse.Namespace, config: TrainConfig, launch: LaunchSpec | None = None
+         ) -> int:
     """Start the engines (or emulated cluster), train, print the results; the exit code."""
     from dataclasses import replace
 
@@ -362,9 +419,15 @@ def _run(args: argparse.Namespace, config: TrainConfig) -> int:
         with emulated_cluster(args.network, config.world_size, args.scale, offload_off=False,
                               profile=args.profile, collective_timeout_s=args.timeout,
                               gpus_per_node=args.gpus_per_node,
-                              latency=args.latency) as cluster:
+                              latency=args.latency,
+                              **({"launch": launch} if launch is not None else {})) as cluster:
             config = replace(config, time_dilation=dilation(cluster, config.compute)).validate()
             net = cluster.network_info
+            if launch is not None and launch.is_remote:
+                hosts = ", ".join(f"{i['rank']}:{i['host']}" for i in cluster.info())
+                roots = ", ".join(sorted({str(i.get("root")) for i in cluster.info()}))
+                print(f"Launcher: {launch.launcher}, ranks on hosts {hosts}; engines work in "
+                      f"{roots}", flush=True)
             if net:
                 print(f"Network: {net['profile']} x {net['scale']} (emulated), compute "
                       f"x{config.time_dilation:g}", flush=True)

@@ -53,7 +53,15 @@ from typing import Any
 
 import psutil
 
-from ddlstudy.cluster.launchers import LaunchError, LaunchSpec, interface_ipv4, launch_spec
+from ddlstudy.cluster.launchers import (
+    REMOTE_ROOT_ENV,
+    LaunchError,
+    LaunchSpec,
+    add_launch_arguments,
+    env_from_args,
+    interface_ipv4,
+    launch_spec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +96,19 @@ def engine_device() -> str:
 
 
 def _engine_setup(rank: int, local_rank: int, local_size: int, threads: int | None,
-                  env: dict[str, str], defaults: dict[str, str] | None = None) -> dict[str, Any]:
+                  env: dict[str, str], defaults: dict[str, str] | None = None,
+                  workdir: bool = False) -> dict[str, Any]:
     """Once per engine: rank, device, threads, environment (e.g. GLOO_SOCKET_IFNAME).
 
     `defaults` apply only where the engine's own environment has no value (an engine started in
-    a namespace keeps the interface its launcher gave it)."""
+    a namespace keeps the interface its launcher gave it). workdir (engines a launcher started
+    on other hosts): work in this engine's project root (`engine_root`), so relative paths the
+    driver sends (data_root "data") resolve in the engine's own checkout."""
     for key, value in (defaults or {}).items():
         os.environ.setdefault(key, value)
     os.environ.update(env)
+    if workdir:
+        os.chdir(engine_root())
     import torch
 
     if torch.cuda.is_available():
@@ -119,17 +132,47 @@ def _engine_info() -> dict[str, Any]:
         "rank": engine_rank(), "local_rank": _ENGINE.get("local_rank", 0),
         "host": socket.gethostname(), "ip": host_ip(), "pid": os.getpid(),
         "device": device, "device_name": name, "threads": torch.get_num_threads(),
-        "version": _version(), "code_hash": code_hash(),
+        "root": os.getcwd(), "package": str(Path(__file__).resolve().parents[1]),
+        **versions(),
     }
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def engine_root() -> Path:
+    """Where an engine started on another host works: DDLSTUDY_REMOTE_ROOT (`remote_root`), else
+    the checkout its ddlstudy is imported from (pip install -e), else its working directory."""
+    named = os.environ.get(REMOTE_ROOT_ENV)
+    if named:
+        if not Path(named).is_dir():
+            raise FileNotFoundError(f"remote_root {named} is not a folder on "
+                                    f"{socket.gethostname()}: set cluster.remote_root to the "
+                                    "nodes' checkout")
+        return Path(named)
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "lib" / "ddlstudy").is_dir():
+            return parent
+    return Path.cwd()
 
-    try:
-        return version("ddlstudy")
-    except PackageNotFoundError:
-        return "unknown"
+
+def versions() -> dict[str, str]:
+    """What driver and engines must share: Python, torch, ddlstudy's version, the hash of its
+    code and the commit of its checkout ("unknown" where there is no git)."""
+    import platform
+
+    import torch
+
+    from ddlstudy.records.store import git_sha
+
+    return {"python": platform.python_version(), "torch": str(torch.__version__),
+            "version": _version(), "code_hash": code_hash(),
+            "git_sha": git_sha(Path(__file__).resolve().parent)}
+
+
+def _version() -> str:
+    """The imported package's own version (a node may import another checkout than the one
+    pip's metadata names)."""
+    import ddlstudy
+
+    return str(getattr(ddlstudy, "__version__", "unknown"))
 
 
 def code_hash() -> str:
@@ -419,7 +462,7 @@ class Cluster:
                 _engine_setup, rank, local_ranks[rank], per_host[hosts[rank]],
                 self.threads_per_engine, env,
                 LOCAL_ENGINE_ENV if self._cluster is not None and not self.launch.is_remote
-                else None))
+                else None, self.launch.is_remote))
         self.infos = self._wait_all(pending, self.start_timeout_s)
         self._check_versions()
         self._pids.update(info["pid"] for info in self.infos
@@ -427,26 +470,33 @@ class Cluster:
         self._pids.update(self._local_cluster_pids())
 
     def _check_versions(self) -> None:
-        """Every engine must run the driver's ddlstudy: same version, same code hash."""
-        mine = (_version(), code_hash())
+        """Every engine must run the driver's Python, torch and ddlstudy (version, code hash,
+        commit); the first difference is one line and the cluster stops."""
+        mine = versions()
         for _ in range(3):
-            if all((i.get("version"), i.get("code_hash")) == mine for i in self.infos):
-                break
-            # read again, all at once: a file edited between two reads (a checkout shared with
-            # the nodes, being edited) is no mismatch; one that stays different is
+            if all(all(i.get(k) == v for k, v in mine.items()) for i in self.infos):
+                return
+            # read again, all at once: a file edited (or a commit made) between two reads of a
+            # checkout shared with the nodes is no mismatch; one that stays different is
             time.sleep(1.0)
-            hashes = self._wait_all([self.client[e].apply_async(code_hash)
-                                     for e in self.engine_ids], self.start_timeout_s)
-            mine = (_version(), code_hash())
-            for info, fresh in zip(self.infos, hashes, strict=True):
-                info["code_hash"] = fresh
+            fresh = self._wait_all([self.client[e].apply_async(versions)
+                                    for e in self.engine_ids], self.start_timeout_s)
+            mine = versions()
+            for info, theirs in zip(self.infos, fresh, strict=True):
+                info.update(theirs)
         for info in self.infos:
-            theirs = (info.get("version"), info.get("code_hash"))
-            if theirs != mine:
-                raise ClusterError(
-                    f"rank {info['rank']} on {info['host']} runs ddlstudy {theirs[0]} (code "
-                    f"{theirs[1]}), this driver {mine[0]} (code {mine[1]}): install the same "
-                    "checkout on every node (pip install -e . at the same commit)")
+            for key, value in mine.items():
+                theirs = info.get(key)
+                if key == "git_sha" and "unknown" in (theirs, value):
+                    continue  # a node's copy without .git: the code hash still decides
+                if theirs != value:
+                    what = {"python": "Python", "torch": "torch", "version": "ddlstudy",
+                            "code_hash": "ddlstudy code (hash of its .py files)",
+                            "git_sha": "ddlstudy commit"}[key]
+                    raise ClusterError(
+                        f"rank {info['rank']} on {info['host']} runs {what} {theirs}, this "
+                        f"driver {value} (its ddlstudy: {info.get('package')}): install the "
+                        "same Python, torch and ddlstudy commit on every node")
 
     def _local_cluster_pids(self) -> set[int]:
         """Controller, nannies and engines started for this cluster (not a connected profile's).
@@ -600,19 +650,29 @@ class Cluster:
         return f"engine {eid}, pid {info.get('pid', '?')} on {info.get('host', '?')}"
 
     def _dead_rank(self, world: int, ignore: Sequence[int] = ()) -> str | None:
-        """One line naming the first rank (of 0..world-1, not in `ignore`) whose engine process
-        on this host is gone, or None."""
-        here = socket.gethostname()
-        for rank, info in enumerate(self.infos[:world]):
-            if rank in ignore or info.get("host") != here or _alive(int(info["pid"])):
+        """One line naming the first rank (of 0..world-1, not in `ignore`) whose engine is gone,
+        or None (see `dead_ranks`)."""
+        for rank in self.dead_ranks(world):
+            if rank in ignore:
                 continue
-            return (f"rank {rank} ({self._engine_name(rank)}) died; its peers are stopped with "
-                    "the cluster")
+            how = ("the controller lost its heartbeat" if self._unregistered(rank)
+                   else "its process is gone")
+            return (f"rank {rank} ({self._engine_name(rank)}) died ({how}); its peers are "
+                    "stopped with the cluster")
         return None
 
     def submit(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
                **kwargs: Any) -> list[Any]:
         """Start fn on ranks 0..world_size-1; `wait` collects (a fault-tolerant `run`)."""
+    def _unregistered(self, rank: int) -> bool:
+        """The controller dropped this rank's engine: its heartbeat stopped (any host)."""
+        if self.client is None or rank >= len(self.engine_ids):
+            return False
+        try:
+            return self.engine_ids[rank] not in self.client.ids  # .ids reads the notifications
+        except Exception:  # noqa: BLE001 - a closing client knows nothing
+            return False
+
         world_size = world_size or self.world_size or self.size
         return [self.client[eid].apply_async(fn, *args, **kwargs)
                 for eid in self.engine_ids[:world_size]]
@@ -623,10 +683,14 @@ class Cluster:
         return self._wait_all(pending, timeout, ignore)
 
     def dead_ranks(self, world: int | None = None) -> list[int]:
-        """Ranks (of 0..world-1) whose engine process on this host is gone."""
+        """Ranks (of 0..world-1) whose engine is gone: on this host its process is (seen at
+        once); on any host the controller has unregistered it (its heartbeat stopped: within
+        launchers.HEARTBEAT_MS x HEARTBEAT_MISSES for launched engines, or at once when its
+        nanny reports the death)."""
         here = socket.gethostname()
         return [r for r, info in enumerate(self.infos[:world or len(self.infos)])
-                if info.get("host") == here and not _alive(int(info["pid"]))]
+                if (info.get("host") == here and not _alive(int(info["pid"])))
+                or self._unregistered(r)]
 
     def drop_ranks(self, ranks: Sequence[int]) -> None:
         """Forget dead engines: the survivors keep their order and are renumbered 0..n-1 (the
@@ -932,16 +996,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="local engines to start")
     parser.add_argument("--ipp-profile", dest="profile",
                         help="connect to a running ipyparallel profile instead")
-    parser.add_argument("--launcher", default="local", choices=["local", "ssh", "slurm", "mpi"],
-                        help="how engines start (ipyparallel's launchers; docs/cluster.md)")
-    parser.add_argument("--hosts", help="name:slots,name:slots (ssh, mpi; slurm: --nodelist)")
-    parser.add_argument("--ifname", help="the nodes' interface: gloo/NCCL sockets, rendezvous")
-    parser.add_argument("--controller-ip", help="controller address (default: ifname's here)")
-    parser.add_argument("--remote-python", help="Python on the nodes (default: this one)")
-    parser.add_argument("--ssh-args", help="extra ssh/scp arguments, e.g. '-F ssh_config'")
-    parser.add_argument("--launcher-args", help="extra sbatch options / mpiexec arguments")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                        help="engine environment (repeatable)")
+    add_launch_arguments(parser)
     parser.add_argument("--check", action="store_true",
                         help="print ranks/hosts/devices and a ping-pong latency/bandwidth table")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_CHECK_SIZES)),
@@ -958,11 +1013,9 @@ def main(argv: list[str] | None = None) -> int:
         return _cleanup_cli(args.stop_all and args.force)
     try:  # everything that can be checked is, before anything starts
         sizes = [int(s) for s in args.sizes.split(",")]
-        env = dict(item.split("=", 1) for item in args.env if "=" in item)
-        if len(env) != len(args.env):
-            raise LaunchError(f"bad --env {args.env}: write NAME=VALUE")
         launch = launch_spec(args.launcher, args.hosts, args.ifname, args.controller_ip,
-                             args.remote_python, env, args.ssh_args, args.launcher_args)
+                             args.remote_python, env_from_args(args.env), args.ssh_args,
+                             args.launcher_args, args.remote_root)
     except (LaunchError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ IPYTHONDIR (the driver's, `<repo>/.ipython`, unless `env` names another) and `en
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import re
 import shlex
@@ -35,6 +36,12 @@ IFNAME_RE = re.compile(r"^[A-Za-z0-9_.@+-]{1,15}$")
 # Host names as ssh / Slurm / MPI take them: RFC 1123 labels, optionally user@.
 HOST_RE = re.compile(r"^([A-Za-z0-9_.-]+@)?[A-Za-z0-9]([A-Za-z0-9.-]{0,253}[A-Za-z0-9])?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The engines' project root (their working directory) when it is not their own checkout's.
+REMOTE_ROOT_ENV = "DDLSTUDY_REMOTE_ROOT"
+# Engines on other hosts are declared dead after HEARTBEAT_MISSES missed pings HEARTBEAT_MS
+# apart (ipyparallel's default is 10 x 3000 ms); a loaded host answers within 1 s.
+HEARTBEAT_MS = 1000
+HEARTBEAT_MISSES = 8
 
 
 class LaunchError(ValueError):
@@ -109,6 +116,7 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
     ssh_args: list[str] = field(default_factory=list)
     launcher_args: list[str] = field(default_factory=list)
+    remote_root: str | None = None
 
     # -- checks
     def validate(self) -> LaunchSpec:
@@ -117,6 +125,9 @@ class LaunchSpec:
             raise LaunchError(f"unknown launcher {self.launcher!r}; valid: {', '.join(LAUNCHERS)}")
         if self.launcher in ("ssh", "mpi") and not self.hosts:
             raise LaunchError(f"launcher {self.launcher} needs hosts, e.g. --hosts node1:2,node2:2")
+        if self.launcher == "local" and self.remote_root:
+            raise LaunchError("remote_root only applies to the ssh, slurm and mpi launchers: "
+                              "drop it (local engines work in this checkout)")
         if self.launcher == "local" and self.hosts:
             raise LaunchError("hosts only apply to the ssh, slurm and mpi launchers: set "
                               "launcher: ssh (or drop hosts)")
@@ -148,6 +159,9 @@ class LaunchSpec:
             if not ENV_NAME_RE.match(str(key)) or not isinstance(value, str):
                 raise LaunchError(f"bad env entry {key!r}: {value!r}: names like NAME, values "
                                   "strings")
+        if self.remote_root is not None and not Path(self.remote_root).is_absolute():
+            raise LaunchError(f"remote_root {self.remote_root!r} is not an absolute path: the "
+                              "nodes' checkout, e.g. /opt/ddlstudy")
         if self.remote_python is not None and not self.remote_python.strip():
             raise LaunchError("remote_python is empty: the Python on the nodes, e.g. "
                               "/opt/ddlstudy/.venv/bin/python")
@@ -171,6 +185,8 @@ class LaunchSpec:
         """Environment of every engine: the socket interface for gloo / NCCL, the interface the
         rendezvous address comes from, one IPYTHONDIR, then the user's `env`."""
         env: dict[str, str] = {"IPYTHONDIR": ipythondir}
+        if self.remote_root:
+            env[REMOTE_ROOT_ENV] = self.remote_root
         if self.ifname:
             env.update(GLOO_SOCKET_IFNAME=self.ifname, NCCL_SOCKET_IFNAME=self.ifname,
                        DDLSTUDY_IFNAME=self.ifname)
@@ -188,7 +204,12 @@ class LaunchSpec:
         env = self.engine_env(ipythondir)
         python = self.remote_python or sys.executable
         cfg = Config()
-        kwargs: dict[str, Any] = {"controller_ip": self.controller_ip, "config": cfg}
+        kwargs: dict[str, Any] = {"controller_ip": self.controller_ip, "config": cfg,
+                                  # the controller's heartbeat: how soon a dead engine on
+                                  # another host is noticed (ipyparallel's default: 30 s)
+                                  "controller_args": [f"--ping={HEARTBEAT_MS}",
+                                                      "--HeartMonitor.max_heartmonitor_misses="
+                                                      f"{HEARTBEAT_MISSES}"]}
         if self.launcher == "ssh":
             sec = cfg.SSHEngineSetLauncher
             base = _strip_home(env["IPYTHONDIR"])
@@ -231,23 +252,45 @@ class LaunchSpec:
             sec.environment = env
             sec.engine_cmd = [python, "-m", "ipyparallel.engine"]
             args = ["--host", ",".join(f"{h.name}:{h.slots}" for h in self.hosts)]
-            for key in sorted(env):
+            # Open MPI hands remote ranks only the variables named by -x: ours, and the two
+            # ipyparallel sets for its engines (which cluster, whose connection file)
+            for key in sorted({*env, "IPP_CLUSTER_ID", "IPP_PROFILE_DIR"}):
                 args += ["-x", key]
+            if self.ssh_args:  # Open MPI starts its daemons on the hosts with this ssh
+                args += ["--mca", "plm_rsh_agent", shlex.join(["ssh", *self.ssh_args])]
+            if self.ifname and not any("if_include" in a for a in self.launcher_args):
+                # mpiexec's own wiring and MPI's TCP transport on the nodes' network too
+                args += ["--mca", "oob_tcp_if_include", self.ifname,
+                         "--mca", "btl_tcp_if_include", self.ifname]
             sec.mpi_args = args + list(self.launcher_args)
             kwargs.update(engine_launcher_class=ipl.MPIEngineSetLauncher, n=self.slots)
         return kwargs
 
+    def engine_path(self, path: str, driver_root: Path) -> str:
+        """A path as the engines get it. Launched on other hosts, each engine works in its own
+        project root (`remote_root`, else its checkout): a relative path stays relative (it
+        resolves there), an absolute one under the driver's checkout `driver_root` is sent
+        relative to it, any other absolute path as is (a file system the nodes share)."""
+        if not self.is_remote or not Path(path).is_absolute():
+            return path
+        try:
+            return str(Path(path).relative_to(driver_root))
+        except ValueError:
+            return path
+
     def describe(self) -> dict[str, Any]:
         """What the records say about the launch."""
         return {"launcher": self.launcher, "hosts": [f"{h.name}:{h.slots}" for h in self.hosts],
-                "ifname": self.ifname, "controller_ip": self.controller_ip}
+                "ifname": self.ifname, "controller_ip": self.controller_ip,
+                "remote_root": self.remote_root}
 
 
 def launch_spec(launcher: str = "local", hosts: str | list[str] | None = None,
                 ifname: str | None = None, controller_ip: str | None = None,
                 remote_python: str | None = None, env: dict[str, str] | None = None,
                 ssh_args: str | list[str] | None = None,
-                launcher_args: str | list[str] | None = None) -> LaunchSpec:
+                launcher_args: str | list[str] | None = None,
+                remote_root: str | None = None) -> LaunchSpec:
     """A validated LaunchSpec from plain values (params, CLI flags); LaunchError otherwise."""
     def split(v: str | list[str] | None) -> list[str]:
         return shlex.split(v) if isinstance(v, str) else list(v or [])
@@ -255,4 +298,30 @@ def launch_spec(launcher: str = "local", hosts: str | list[str] | None = None,
     return LaunchSpec(launcher=launcher, hosts=parse_hosts(hosts), ifname=ifname,
                       controller_ip=controller_ip, remote_python=remote_python,
                       env=dict(env or {}), ssh_args=split(ssh_args),
-                      launcher_args=split(launcher_args)).validate()
+                      launcher_args=split(launcher_args), remote_root=remote_root).validate()
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The launch flags of `python -m ddlstudy.cluster` and `python -m ddlstudy.train` (the same
+    names as params' `cluster:` keys)."""
+    a = parser.add_argument
+    a("--launcher", default="local", choices=list(LAUNCHERS),
+      help="how engines start (ipyparallel's launchers; docs/cluster.md)")
+    a("--hosts", help="name:slots,name:slots (ssh, mpi; slurm: --nodelist)")
+    a("--ifname", help="the nodes' interface: gloo/NCCL sockets, rendezvous")
+    a("--controller-ip", help="controller address (default: ifname's here)")
+    a("--remote-python", help="Python on the nodes (default: this one)")
+    a("--remote-root", help="the nodes' checkout, when not where remote_python's ddlstudy is: "
+      "engines work there and relative paths (--data-root) resolve there")
+    a("--ssh-args", help="extra ssh/scp arguments, e.g. '-F ssh_config'")
+    a("--launcher-args", help="extra sbatch options / mpiexec arguments")
+    a("--env", action="append", default=[], metavar="NAME=VALUE",
+      help="engine environment (repeatable)")
+
+
+def env_from_args(items: list[str]) -> dict[str, str]:
+    """--env NAME=VALUE items -> a dict; LaunchError on an item without '='."""
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise LaunchError(f"bad --env {bad[0]!r}: write NAME=VALUE")
+    return dict(item.split("=", 1) for item in items)

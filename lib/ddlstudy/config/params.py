@@ -194,6 +194,9 @@ class ClusterParams(_Section):
     ssh_args: list[str] = Field(default_factory=list, description="extra ssh/scp arguments")
     launcher_args: list[str] = Field(default_factory=list,
                                      description="extra sbatch options / mpiexec arguments")
+    remote_root: str | None = Field(None, description="the nodes' checkout when it is not where "
+                                    "remote_python's ddlstudy lives: engines work there and "
+                                    "relative paths (data.root) resolve there")
 
     @model_validator(mode="after")
     def _launch(self) -> ClusterParams:
@@ -208,7 +211,21 @@ class ClusterParams(_Section):
         from ddlstudy.cluster.launchers import launch_spec
 
         return launch_spec(self.launcher, self.hosts, self.ifname, self.controller_ip,
-                           self.remote_python, self.env, self.ssh_args, self.launcher_args)
+                           self.remote_python, self.env, self.ssh_args, self.launcher_args,
+                           self.remote_root)
+
+    @classmethod
+    def checked(cls, **values: Any) -> ClusterParams:
+        """Validated settings from plain values (CLI flags); ParamsError with one line naming
+        the key (`cluster.hosts: ...`) otherwise."""
+        try:
+            return cls(**values)
+        except ValidationError as err:
+            first = err.errors()[0]
+            if not first["loc"]:  # the launch check (LaunchError): its line says it all
+                raise ParamsError(_clip(f"cluster: {first['msg'].removeprefix('Value error, ')}"
+                                        )) from None
+            raise ParamsError(_clip(f"cluster.{_one_line(err)}")) from None
 
     def engine_kwargs(self) -> dict[str, Any]:
         """How the chapters' engines start (ddlstudy.cluster.engines.Cluster keywords beside
