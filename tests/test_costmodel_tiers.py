@@ -191,3 +191,82 @@ def test_defaults_keep_the_one_gpu_per_node_model():
         b = M.predict_step(strategy, "", 4, M.Link(1e9, 0.0), 0.1, sizes=SIZES,
                            tiers=M.Tiers(1, None))
         assert a == b and math.isfinite(a.total(M.Constants()))
+
+
+# ----------------------------------------------------------------------------- fair PS, ZeRO
+def test_fair_ps_and_sharded_strategies_have_a_step_model():
+    """ps_overlap, ps_colocated, zero1-3 and fsdp are modelled (no longer in unmodelled())."""
+    for name in ("ps_overlap", "ps_colocated", "zero1", "zero2", "zero3", "fsdp"):
+        assert name in M.STEP_STRATEGIES and name not in M.unmodelled(), name
+    assert "ps_overlap" in M.PS_STEP and "ps_colocated" not in M.PS_STEP  # S = N always
+
+
+@pytest.mark.parametrize("n,s", [(3, 1), (2, 2), (6, 1)])
+def test_overlapped_ps_strategy_moves_what_the_strategy_counts(n, s):
+    """ps_overlap's step: each push (and pull) phase carries the busiest link's bytes of the
+    strategy's own analytic traffic (strategies.ps_overlap.analytic_traffic, checked against
+    counted bytes in test_hierarchical_fairps): a server link N x model / S, a worker the model."""
+    from ddlstudy.analysis.costmodel import step as S
+    from ddlstudy.strategies.ps_overlap import HEADER_BYTES, analytic_traffic
+
+    link = M.Link(1e9, 0.0)
+    m = int(sum(SIZES))
+    phase = S._ps_phase(m, n, s, link, M.FLAT, False) / link.beta
+    server_recv = analytic_traffic(m, n, s, False, n)[1] - n * HEADER_BYTES
+    worker_sent = analytic_traffic(m, n, s, False, 0)[0] - s * HEADER_BYTES
+    assert phase == pytest.approx(max(server_recv, worker_sent))
+    st = M.predict_step("ps_overlap", "", n, link, 0.0, servers=s, sizes=SIZES, bucket_mb=1.0)
+    naive = M.predict_step("ps_sync", "", n, link, 0.0, servers=s, sizes=SIZES)
+    assert st == M.ps_step(SIZES, n, s, link, 0.0, M.Constants(), overlap=True, bucket_mb=1.0)
+    assert st.total(C0) <= naive.total(C0) + 1e-12
+
+
+@pytest.mark.parametrize("n,k", [(4, 1), (6, 1), (8, 4), (6, 2)])
+def test_colocated_ps_strategy_is_s_equals_n_even_on_multi_gpu_nodes(n, k):
+    """ps_colocated: one server per worker. Per push phase a node of k workers receives
+    (N - k) k/N of the model and sends k (1 - k/N); with one GPU per node that is the ring's
+    (N-1)/N per direction, as the strategy counts (2(N-1)/N per step, sent and received)."""
+    from ddlstudy.analysis.costmodel import step as S
+    from ddlstudy.strategies.ps_overlap import analytic_traffic
+
+    link, intra = M.Link(1e9, 0.0), M.Link(1e11, 0.0, goodput=1.0)
+    tiers = M.Tiers(k, intra if k > 1 else None)
+    m = int(sum(SIZES))
+    phase = S._ps_phase(m, n, n, link, tiers, True) / link.beta
+    assert phase == pytest.approx(max((n - k) * k / n * m, k * m * (1 - k / n)))
+    if k == 1:
+        assert 2 * phase == pytest.approx(analytic_traffic(m, n, n, True, 0)[0], abs=4 * n)
+    st = M.predict_step("ps_colocated", "", n, link, 0.0, sizes=SIZES, tiers=tiers)
+    assert st == M.ps_step(SIZES, n, n, link, 0.0, M.Constants(), overlap=True, colocated=True,
+                           tiers=tiers)
+
+
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_sharded_steps_move_the_zero_paper_s_volumes(n):
+    """ZeRO-1/2: reduce-scatter + all-gather = a ring all-reduce's 2(p-1)/p Psi and messages;
+    ZeRO-3 / FSDP 1.5x (Rajbhandari et al. 2020, Sec. 7.2; the study's ZeRO counts these in
+    tests/test_zero.py). Nothing overlaps compute: the step is compute + the collectives."""
+    link = M.Link(1e9, 1e-5)
+    m = float(sum(SIZES))
+    ring = M.allreduce_step(SIZES, n, link, 0.0, C0, "ring", bucket_mb=1.0, overlap=False)
+    for name, factor in (("zero1", 2), ("zero2", 2), ("zero3", 3), ("fsdp", 3)):
+        st = M.predict_step(name, "", n, link, 0.5, sizes=SIZES, bucket_mb=1.0)
+        assert st.wire_s / link.beta == pytest.approx(factor * (n - 1) / n * m), name
+        assert M.sharded_traffic(int(m), n, 3 if factor == 3 else 1) == pytest.approx(
+            factor * (n - 1) / n * m, abs=1)
+        assert st.compute_s == 0.5 and st.total(C0) > 0.5 + ring.total(C0) * (factor / 2) - 1e-9
+    z1 = M.predict_step("zero1", "", n, link, 0.0, sizes=SIZES, bucket_mb=1.0)
+    assert z1.messages == ring.messages and z1.latency_s == pytest.approx(ring.latency_s)
+    assert M.predict_step("zero2", "", 1, link, 0.5, sizes=SIZES).total(C0) == 0.5
+
+
+def test_zero3_units_are_modules():
+    """ZeRO-3 / FSDP gather per module: one unit per module holding parameters, summing to the
+    model (ResNet-18: 62 tensors in 41 modules)."""
+    from ddlstudy.analysis.costmodel import step as S
+
+    units, grads = S.module_bytes("resnet18"), S.gradient_bytes("resnet18")
+    assert sum(units) == sum(grads) and len(units) < len(grads)
+    link = M.Link(1e9, 1e-4)
+    z3 = M.predict_step("zero3", "resnet18", 4, link, 0.0)
+    assert z3.messages == pytest.approx(1.5 * 2 * 3 * len(units))

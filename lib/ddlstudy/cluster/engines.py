@@ -661,9 +661,6 @@ class Cluster:
                     "stopped with the cluster")
         return None
 
-    def submit(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
-               **kwargs: Any) -> list[Any]:
-        """Start fn on ranks 0..world_size-1; `wait` collects (a fault-tolerant `run`)."""
     def _unregistered(self, rank: int) -> bool:
         """The controller dropped this rank's engine: its heartbeat stopped (any host)."""
         if self.client is None or rank >= len(self.engine_ids):
@@ -673,6 +670,9 @@ class Cluster:
         except Exception:  # noqa: BLE001 - a closing client knows nothing
             return False
 
+    def submit(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+               **kwargs: Any) -> list[Any]:
+        """Start fn on ranks 0..world_size-1; `wait` collects (a fault-tolerant `run`)."""
         world_size = world_size or self.world_size or self.size
         return [self.client[eid].apply_async(fn, *args, **kwargs)
                 for eid in self.engine_ids[:world_size]]

@@ -42,7 +42,8 @@ class StrategySpec:
     (`algorithm` makes it algorithm-aware). bytes_source: "counted" (bytes observed on the wire
     by ddlstudy) or "analytic" (computed from the buffer sizes). records_staleness: its servers
     record update staleness (async). step_model: the costmodel function that predicts its step
-    ("allreduce_step" / "ps_step"), None if the cost model cannot model it. extra_engines:
+    ("allreduce_step", "ps_step", "ps_overlap_step", "ps_colocated_step", "sharded_step"),
+    None if the cost model cannot model it. extra_engines:
     engines beyond workers + servers (a TF chief). missing: "" when its requirements are
     installed, else one line naming the fix.
     """
@@ -196,11 +197,11 @@ register_strategy(StrategySpec(
     summary="torch DistributedDataParallel: the library reference"))
 register_strategy(StrategySpec(
     "ps_overlap", "ddlstudy.strategies.ps_overlap:PSOverlap", family="ps", default_servers=1,
-    servers_configurable=True, options=("bucket_mb",),
+    servers_configurable=True, options=("bucket_mb",), step_model="ps_overlap_step",
     summary="per-bucket push during backward, pull pipelined with the next push; S servers"))
 register_strategy(StrategySpec(
     "ps_colocated", "ddlstudy.strategies.ps_overlap:PSColocated", family="allreduce",
-    options=("bucket_mb",),
+    options=("bucket_mb",), step_model="ps_colocated_step",
     summary="ps_overlap with S = N servers co-located, each worker serving 1/N (BytePS)"))
 
 def _lazy_missing(target: str) -> str | None:
@@ -211,16 +212,18 @@ def _lazy_missing(target: str) -> str | None:
 
 register_strategy(StrategySpec(
     "zero1", "ddlstudy.strategies.zero:Zero1", family="allreduce", options=("bucket_mb",),
+    step_model="sharded_step",
     summary="ZeRO stage 1: reduce-scatter gradients, sharded optimizer state, all-gather weights"))
 register_strategy(StrategySpec(
     "zero2", "ddlstudy.strategies.zero:Zero2", family="allreduce", options=("bucket_mb",),
+    step_model="sharded_step",
     summary="ZeRO stage 2: + gradients sharded (each bucket reduce-scattered during backward)"))
 register_strategy(StrategySpec(
-    "zero3", "ddlstudy.strategies.zero:Zero3", family="allreduce",
+    "zero3", "ddlstudy.strategies.zero:Zero3", family="allreduce", step_model="sharded_step",
     summary="ZeRO stage 3: + parameters sharded, all-gathered per module in forward and backward"))
 register_strategy(StrategySpec(
     "fsdp", "ddlstudy.strategies.fsdp:FSDP", family="allreduce", bytes_source="analytic",
-    missing=partial(_lazy_missing, "ddlstudy.strategies.fsdp:missing"),
+    step_model="sharded_step", missing=partial(_lazy_missing, "ddlstudy.strategies.fsdp:missing"),
     summary="torch FSDP2 fully_shard per module (gloo on CPU): the library's ZeRO-3"))
 register_strategy(StrategySpec(
     "ddp_fp16", "ddlstudy.strategies.compression:DDPFp16", family="allreduce",

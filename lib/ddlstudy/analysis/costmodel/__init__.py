@@ -74,6 +74,8 @@ from ddlstudy.analysis.costmodel.step import (
     profile_link,
     project_step,
     ps_step,
+    sharded_step,
+    sharded_traffic,
     unmodelled,
 )
 
@@ -87,6 +89,7 @@ __all__ = [
     "main", "node_nic_traffic", "predict", "predict_network", "predict_point",
     "predict_published", "predict_step", "predict_table", "prediction_error_table",
     "profile_link", "project", "project_step", "ps_step", "published_summary", "read_cells",
+    "sharded_step", "sharded_traffic",
     "read_link_bench", "regime_map", "ring_and_best_ps", "settings_alone", "split_cells",
     "terms", "unmodelled", "validate", "validate_collectives", "validation_for",
     "validation_summary",

@@ -32,7 +32,8 @@ from ddlstudy.workload.catalog import SHAPES
 CELL_COLUMNS = ("strategy", "model", "workers", "wall_s", "steps", "network", "network_scale",
                 "compute_mode", "replay_s", "time_dilation")
 CELL_KEY = ["strategy", "algorithm", "overlap", "servers", "bucket_mb", "model", "shape",
-            "workers", "batch_size", "network", "network_scale", "replay_source"]
+            "workers", "batch_size", "network", "network_scale", "replay_source",
+            "gpus_per_node", "latency_emulated_s"]
 
 
 class RecordsError(ValueError):
@@ -84,7 +85,11 @@ def _merge_repeats(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _usable(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cells the model can predict, the rest with a reason): replayed compute on shaped links."""
+    """(cells the model can predict, the rest with a reason): replayed compute on shaped links
+    (a testbed's own link, e.g. Shi 2019's 2 Gb/s, is a profile once registered)."""
+    from ddlstudy.testbeds import emulation
+
+    emulation.register_profiles()
     why = pd.Series("", index=cells.index)
     why[cells["compute_mode"] != "replay"] = "real compute (contended on one host)"
     why[~cells["network"].isin(list(PROFILES))] = "no shaped link profile"
@@ -97,8 +102,11 @@ def _usable(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _cell_step(row: Any, c: Constants) -> StepTime:
-    """The model's step for one measured cell, in emulated seconds (latency not emulated)."""
-    link = profile_link(row.network, float(row.network_scale), latency_s=0.0)
+    """The model's step for one measured cell, in emulated seconds: latency as the cell emulated
+    it (its records' latency_emulated_s per message; 0 in cells that emulated none)."""
+    lat = getattr(row, "latency_emulated_s", 0.0)
+    lat = 0.0 if lat is None or pd.isna(lat) else float(lat)
+    link = profile_link(row.network, float(row.network_scale), latency_s=lat)
     servers = None if pd.isna(row.servers) or not row.servers else int(row.servers)
     overlap = str(row.overlap).strip().lower() not in ("false", "0", "0.0")
     bucket = 25.0 if pd.isna(row.bucket_mb) else float(row.bucket_mb)

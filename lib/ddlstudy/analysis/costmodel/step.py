@@ -27,6 +27,15 @@ Beyond one GPU per node on one flat link (the defaults, what the emulated refere
 - The overlapped PS (`ps_step(..., overlap=True)`): per-bucket push as soon as the bucket's
   gradients exist (during backward), its pull pipelined with the next bucket's push (a
   full-duplex link: pushes use the server's inbound direction, pulls its outbound one).
+  Strategy `ps_overlap` (S separate servers) and `ps_colocated` (S = N, one server per worker,
+  co-located) register these (step_model "ps_overlap_step" / "ps_colocated_step").
+- Sharded data parallelism (`sharded_step`: zero1, zero2, zero3, fsdp): a ring reduce-scatter
+  and a ring all-gather per unit, (p-1)/p of the unit's bytes and p-1 messages each, so ZeRO-1
+  and -2 move a ring all-reduce's volume (2(p-1)/p Psi) and ZeRO-3 / FSDP 1.5x that (the
+  backward all-gather again). The study's ZeRO runs each collective inline (stage 2's
+  reduce-scatter inside the backward hook, stage 3's gathers before each module): nothing
+  overlaps compute, so the step is compute + every collective. FSDP2's prefetching is not
+  modelled (an upper bound for fsdp).
 
 Everything here is analytic: label what it predicts "analytic" or "projected".
 """
@@ -56,7 +65,11 @@ GOODPUT = (MTU - (HEADER_BYTES - 14)) / (MTU + 14)
 # Which strategies the step model covers, and how: each registry entry names its step function
 # (StrategySpec.step_model); `unmodelled()` says which it cannot model and why.
 STEP_STRATEGIES = LiveNames(lambda: (s.name for s in STRATEGIES.values() if s.step_model))
-PS_STEP = LiveNames(lambda: (s.name for s in STRATEGIES.values() if s.step_model == "ps_step"))
+# Strategies whose server count is a choice the projections sweep (S = 1, ..., S = N).
+PS_STEP = LiveNames(lambda: (s.name for s in STRATEGIES.values()
+                             if s.step_model in ("ps_step", "ps_overlap_step")))
+STEP_MODELS = ("allreduce_step", "ps_step", "ps_overlap_step", "ps_colocated_step",
+               "sharded_step")
 # The two-tier all-reduce; not a registered algorithm (its code is the collectives layer's), so
 # the step model composes it from the ring's terms and traffic.
 HIERARCHICAL = "hierarchical"
@@ -312,12 +325,17 @@ def _ps_phase(bucket: float, n: int, servers: int, link: Link, tiers: Tiers,
     if not colocated:
         busiest = max(n * shard, max(nodes) * bucket)
     else:
-        if servers > len(nodes):
-            raise ValueError(f"{servers} co-located servers need {servers} nodes, have "
-                             f"{len(nodes)}")
-        host = [max((n - k) * shard, k * (bucket - shard)) for k in nodes[:servers]]
-        rest = [k * bucket for k in nodes[servers:]]
-        busiest = max(host + rest)
+        # servers per node: one per worker when S = N (a node of k workers serves k/N of the
+        # model), else one on each of the first S nodes
+        if servers == n:
+            hosted = list(nodes)
+        elif servers <= len(nodes):
+            hosted = [1] * servers + [0] * (len(nodes) - servers)
+        else:
+            raise ValueError(f"{servers} co-located servers need {servers} nodes (or one per "
+                             f"worker, S = N = {n}), have {len(nodes)}")
+        busiest = max(max((n - k) * s * shard, k * (bucket - s * shard))
+                      for k, s in zip(nodes, hosted, strict=True))
     return busiest * link.beta
 
 
@@ -380,6 +398,63 @@ def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compu
     return replace(path, host_bytes=path.host_bytes + 2 * m + m / servers)
 
 
+@functools.lru_cache(maxsize=64)
+def module_bytes(model: str, shape: str = "cifar") -> tuple[int, ...]:
+    """Bytes of each module's own float32 parameters (modules holding any), in registration
+    order: ZeRO-3's and FSDP's units (built on the meta device)."""
+    import torch
+
+    from ddlstudy.workload.models import build_model
+
+    with torch.device("meta"):
+        net = build_model(model, shape)
+    out = []
+    for m in net.modules():
+        own = sum(p.numel() for p in m.parameters(recurse=False) if p.requires_grad)
+        if own:
+            out.append(own * 4)
+    return tuple(out)
+
+
+def sharded_step(sizes: Sequence[int], n: int, link: Link, compute_s: float, stage: int = 1,
+                 bucket_mb: float = 25.0, tiers: Tiers = FLAT,
+                 units: Sequence[int] | None = None) -> StepTime:
+    """ZeRO stage 1 / 2 / 3 (and FSDP as stage 3): per unit a ring reduce-scatter and a ring
+    all-gather ((p-1)/p of its bytes, p-1 messages each: together one ring all-reduce's
+    terms), stage 3 one more all-gather (1.5x the bytes and messages). Units: gradient buckets
+    (stages 1-2) or modules (`units`, stage 3; default each gradient). No overlap with compute
+    (see the module docstring). Host work: pack the gradients, reduce, step the shard, unpack
+    (2 x model bytes + the reduction)."""
+    if stage not in (1, 2, 3):
+        raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
+    model_bytes = float(sum(sizes))
+    if n == 1:
+        return StepTime(compute_s, 0.0, 0.0, 2 * model_bytes, 0.0)
+    if stage == 3:
+        parts = list(units) if units is not None else list(sizes)
+    else:
+        parts = [b for b, _ in bucket_layout(sizes, bucket_mb)]
+    path = StepTime(compute_s, 0.0, 0.0, 0.0, 0.0)
+    for nbytes in parts:
+        ring = _collective("ring", nbytes, n, link, tiers)  # reduce-scatter + all-gather
+        if stage == 3:  # the backward all-gather again: half a ring's latency and wire
+            ring = replace(ring, latency_s=1.5 * ring.latency_s, wire_s=1.5 * ring.wire_s,
+                           messages=1.5 * ring.messages)
+        path = path + ring
+    return replace(path, host_bytes=path.host_bytes + 2 * model_bytes)
+
+
+ZERO_STAGE = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
+
+
+def sharded_traffic(nbytes: int, n: int, stage: int) -> int:
+    """Bytes one rank sends (= receives) per step in ZeRO stage 1-3 over a ring of n: 2(n-1)/n
+    of the model for stages 1-2, 3(n-1)/n for stage 3 (what the strategies count)."""
+    if n < 2:
+        return 0
+    return int((3 if stage == 3 else 2) * (n - 1) * nbytes / n)
+
+
 def predict_step(strategy: str, model: str, workers: int, link: Link, compute_s: float,
                  c: Constants = Constants(), *, servers: int | None = None,
                  algorithm: str = "ring_pipelined", bucket_mb: float = 25.0,
@@ -396,8 +471,18 @@ def predict_step(strategy: str, model: str, workers: int, link: Link, compute_s:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(STEP_STRATEGIES)}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    explicit = sizes is not None
     sizes = tuple(sizes) if sizes is not None else gradient_bytes(model, shape)
     spec = get_strategy(strategy)
+    if spec.step_model == "sharded_step":
+        stage = ZERO_STAGE.get(strategy, 3)
+        units = None if explicit or stage < 3 else module_bytes(model, shape)
+        return sharded_step(sizes, workers, link, compute_s, stage, bucket_mb, tiers, units)
+    if spec.step_model == "ps_colocated_step":  # S = N, one server per worker, on its node
+        return ps_step(sizes, workers, workers, link, compute_s, c, overlap=True,
+                       colocated=True, bucket_mb=bucket_mb, tiers=tiers)
+    if spec.step_model == "ps_overlap_step":
+        ps_overlap = True
     if spec.step_model == "allreduce_step":
         # Not algorithm-aware (ddp): the library's all-reduce, always overlapped with backward.
         aware = spec.algorithm_aware
