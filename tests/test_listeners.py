@@ -2,11 +2,15 @@
 
 psutil.net_connections is sampled every 0.2 s over the whole run, for the driver and every process
 under it (controller, engines, the frameworks' servers); a socket listening on 0.0.0.0, :: or *
-(every interface) fails the test. A framework that is not installed skips with one line."""
+(every interface), or on any address outside loopback, fails the test. A framework that is not
+installed skips with one line. TF's gRPC servers bind 0.0.0.0 by themselves: the engines carry
+ddlstudy.cluster.loopback's LD_PRELOAD shim, tested here alone first (real binds, real sockets)."""
 
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
+import os
 import subprocess
 import sys
 import time
@@ -15,7 +19,90 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddlstudy.cluster import loopback
+
 WILDCARDS = {"0.0.0.0", "::", "*", ""}
+
+# Binds in a child process carrying the shim: (family, type, address) -> the bound address.
+BINDS = """
+import json, socket, sys
+out = []
+for fam, typ, host in json.loads(sys.argv[1]):
+    s = socket.socket(getattr(socket, fam), getattr(socket, typ))
+    if fam == "AF_INET6":
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind((host, 0))
+    if typ == "SOCK_STREAM":
+        s.listen()
+    out.append(s.getsockname()[0])
+print(json.dumps(out))
+"""
+
+
+def _bound(cases: list[tuple[str, str, str]], **env: str) -> list[str]:
+    import json
+
+    shim = loopback.build()
+    child = {k: v for k, v in os.environ.items() if k not in ("DDLSTUDY_BIND_ADDR",
+                                                                 "DDLSTUDY_HOST_IP")}
+    child.update(env, LD_PRELOAD=str(shim))
+    done = subprocess.run([sys.executable, "-c", BINDS, json.dumps(cases)], env=child,
+                          capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+def test_shim_binds_wildcard_tcp_listeners_to_loopback() -> None:
+    """0.0.0.0 -> 127.0.0.1; [::] dual-stack -> ::ffff:127.0.0.1 (IPv4 peers still connect);
+    a named address and UDP are left alone."""
+    got = _bound([("AF_INET", "SOCK_STREAM", "0.0.0.0"), ("AF_INET", "SOCK_STREAM", ""),
+                  ("AF_INET6", "SOCK_STREAM", "::"), ("AF_INET", "SOCK_STREAM", "127.0.0.3"),
+                  ("AF_INET", "SOCK_DGRAM", "0.0.0.0")])
+    assert got == ["127.0.0.1", "127.0.0.1", "::ffff:127.0.0.1", "127.0.0.3", "0.0.0.0"]
+
+
+def test_shim_binds_the_address_the_cluster_names() -> None:
+    """DDLSTUDY_BIND_ADDR (what a TF task's spec names) first, else DDLSTUDY_HOST_IP."""
+    cases = [("AF_INET", "SOCK_STREAM", "0.0.0.0"), ("AF_INET6", "SOCK_STREAM", "::")]
+    assert _bound(cases, DDLSTUDY_HOST_IP="127.0.0.5") == ["127.0.0.5", "::ffff:127.0.0.5"]
+    assert _bound(cases, DDLSTUDY_HOST_IP="127.0.0.5", DDLSTUDY_BIND_ADDR="127.0.0.6") == \
+        ["127.0.0.6", "::ffff:127.0.0.6"]
+    assert _bound(cases, DDLSTUDY_BIND_ADDR="::1") == ["127.0.0.1", "::1"]
+
+
+def test_preloaded_sets_ld_preload_for_the_block_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LD_PRELOAD", "libkeep.so")
+    with loopback.preloaded() as path:
+        assert path is not None and os.environ["LD_PRELOAD"] == f"{path} libkeep.so"
+    assert os.environ["LD_PRELOAD"] == "libkeep.so"
+    monkeypatch.delenv("LD_PRELOAD")
+    with loopback.preloaded(enabled=False) as path:
+        assert path is None and "LD_PRELOAD" not in os.environ
+    assert not loopback.active()  # the driver itself never carries it
+
+
+def test_a_tf_engine_on_a_local_address_without_the_shim_is_refused() -> None:
+    """What the TF driver checks before any server starts (states from each engine)."""
+    ok = {"shim": True, "local": True}
+    loopback.check_engines("tf_ps_sync", [ok, {"shim": False, "local": False}])  # other hosts
+    with pytest.raises(ValueError, match=r"rank\(s\) \[1\] lack the loopback shim"):
+        loopback.check_engines("tf_ps_sync", [ok, {"shim": False, "local": True}])
+    assert loopback.engine_state("127.0.0.1")["local"]
+    assert not loopback.engine_state("192.0.2.7")["local"] or os.environ.get("DDLSTUDY_NETNS")
+
+
+def test_tf_without_a_buildable_shim_is_refused_before_a_cluster(tmp_path: Path) -> None:
+    """No compiler and no built shim: one line, exit 2, no engines started."""
+    _need("tensorflow", "tf_ps_sync")
+    env = dict(os.environ, CC="/bin/false", DDLSTUDY_CACHE=str(tmp_path / "cache"))
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "ddlstudy.train", "--strategy", "tf_ps_sync",
+                           "--model", "mlp", "--dataset", "synthetic", "--workers", "2",
+                           "--steps", "2", "--out", str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert "loopback shim" in lines[0] and "Traceback" not in done.stderr
+    assert time.monotonic() - t0 < 60 and not (tmp_path / "out").exists()
 
 
 def _listeners(pid: int) -> set[tuple[str, int, int, str]]:
@@ -26,13 +113,14 @@ def _listeners(pid: int) -> set[tuple[str, int, int, str]]:
     except psutil.NoSuchProcess:
         return set()
     found = set()
-    for conn in psutil.net_connections(kind="inet"):
-        if conn.status == psutil.CONN_LISTEN and conn.pid in pids and conn.laddr:
-            try:
-                name = psutil.Process(conn.pid).name()
-            except psutil.NoSuchProcess:
-                name = "?"
-            found.add((conn.laddr.ip, conn.laddr.port, conn.pid, name))
+    for pid in pids:  # per process: a system-wide scan takes seconds on a loaded host
+        try:
+            proc = psutil.Process(pid)
+            name, conns = proc.name(), proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        found |= {(c.laddr.ip, c.laddr.port, pid, name) for c in conns
+                  if c.status == psutil.CONN_LISTEN and c.laddr}
     return found
 
 
@@ -62,6 +150,12 @@ def _need(module: str, strategy: str) -> None:
         pytest.skip(f"{module} is not installed: {strategy}'s listeners are not sampled")
 
 
+def _is_loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
 def _check(seen: set[tuple[str, int, int, str]], strategy: str) -> None:
     ports = sorted({(ip, port) for ip, port, _, _ in seen})
     print(f"{strategy}: {len(ports)} listening address(es): "
@@ -69,6 +163,8 @@ def _check(seen: set[tuple[str, int, int, str]], strategy: str) -> None:
     exposed = sorted(s for s in seen if s[0] in WILDCARDS)
     assert seen, "no listener seen: the sampling missed the run"
     assert not exposed, f"{strategy} listens on every interface: {exposed}"
+    off = sorted(s for s in seen if not _is_loopback(s[0]))
+    assert not off, f"{strategy} listens off loopback: {off}"
 
 
 @pytest.mark.slow
@@ -78,11 +174,21 @@ def test_horovod_listens_on_loopback_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="TF's gRPC server binds 0.0.0.0 whatever TF_CONFIG or "
-                   "ServerDef say (grpc_server_lib: '0.0.0.0:' + port; no option, see FINDINGS)")
 def test_tf_ps_sync_listens_on_loopback_only(tmp_path: Path) -> None:
+    """TF's gRPC servers (2 workers, 1 ps, the chief) through the shim: each task's server on
+    the address its spec names (::ffff:127.0.0.1 on gRPC's dual-stack socket)."""
     _need("tensorflow", "tf_ps_sync")
-    _check(_sample_run("tf_ps_sync", tmp_path / "tf"), "tf_ps_sync")
+    seen = _sample_run("tf_ps_sync", tmp_path / "tf")
+    _check(seen, "tf_ps_sync")
+    assert len({pid for _, _, pid, _ in seen}) >= 4, f"not every TF task was seen: {seen}"
+
+
+@pytest.mark.slow
+def test_tf_allreduce_listens_on_loopback_only(tmp_path: Path) -> None:
+    _need("tensorflow", "tf_allreduce")
+    seen = _sample_run("tf_allreduce", tmp_path / "tfar")
+    _check(seen, "tf_allreduce")
+    assert len({pid for _, _, pid, _ in seen}) >= 2, f"not every TF task was seen: {seen}"
 
 
 @pytest.mark.slow

@@ -376,6 +376,8 @@ class Cluster:
     def start(self) -> Cluster:
         import ipyparallel as ipp
 
+        from ddlstudy.cluster import loopback
+
         _ensure_ipythondir()
         if self.profile:
             try:
@@ -404,7 +406,8 @@ class Cluster:
                 with defer_signals():  # a signal mid-start must not lose the controller's pid
                     self._cluster.start_controller_sync()
                     self._write_pids()
-                self._cluster.start_engines_sync()
+                with loopback.preloaded(not self.launch.is_remote):  # TF's gRPC binds 0.0.0.0
+                    self._cluster.start_engines_sync()
                 self._write_pids()
                 self.client = self._cluster.connect_client_sync()
                 self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
@@ -716,12 +719,15 @@ class Cluster:
         if not self.can_restart or self._cluster is None:
             raise ClusterError("only a local cluster without an emulated network can be "
                                "restarted on fresh engines")
+        from ddlstudy.cluster import loopback
+
         old_ids = set(self.client.ids)
         with defer_signals():
             self._pids.update(self._local_cluster_pids())
             kill_after_grace({int(i["pid"]) for i in self.infos} | self._engine_set_pids(), 0.0)
             self._cluster.stop_engines_sync()
-            self._cluster.start_engines_sync()
+            with loopback.preloaded():
+                self._cluster.start_engines_sync()
             self._write_pids()
         deadline = time.monotonic() + self.start_timeout_s
         while len(set(self.client.ids) - old_ids) < self.workers:

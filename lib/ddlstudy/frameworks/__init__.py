@@ -51,7 +51,8 @@ def missing(strategy: str) -> str | None:
     """None when the strategy's framework is installed here, else one line naming the fix.
 
     Checked by module spec (no import: tensorflow takes seconds and memory in the driver);
-    Horovod's compiled torch extension must be there, not just its Python package.
+    Horovod's compiled torch extension must be there, not just its Python package; the TF
+    strategies need ddlstudy.cluster.loopback's shim built (or a C compiler to build it).
     """
     from importlib.util import find_spec
 
@@ -67,6 +68,12 @@ def missing(strategy: str) -> str | None:
     if strategy in TF_STRATEGIES and absent("tensorflow"):
         return (f"{strategy} needs tensorflow, which is not installed; run `make setup` "
                 "(it installs tensorflow-cpu, pinned in pyproject.toml)")
+    if strategy in TF_STRATEGIES:  # TF's gRPC server binds 0.0.0.0 without the shim
+        from ddlstudy.cluster import loopback
+
+        path, why = loopback.available()
+        if path is None:
+            return f"{strategy} needs the loopback shim (TF listens on every interface): {why}"
     return None
 
 

@@ -30,8 +30,11 @@ the same tensor in every strategy and in `reference_sgd`, so runs are comparable
 weight. Other data sets give one line naming the fix.
 
 Addresses: the cluster spec names each engine's own address (ddlstudy.cluster.engines's `host_ip`),
-but TF's gRPC server binds 0.0.0.0 whatever TF_CONFIG says (TF has no option for it), so a
-task listens on every interface of its network namespace. TF catches SIGTERM: the cluster's
+but TF's gRPC server binds 0.0.0.0 whatever TF_CONFIG says (TF has no option for it). A local
+cluster's engines carry ddlstudy.cluster.loopback's shim (LD_PRELOAD), which rewrites that
+wildcard bind to the address the spec names (127.0.0.1 locally, the veth address in an emulated
+network; v4-mapped on gRPC's dual-stack socket): a task on a local address without the shim is
+refused before any server starts. TF catches SIGTERM: the cluster's
 stop kills engines with SIGKILL after a grace period. A process can host one TF server once
 (a second MWMS run in the same engines hung): each TF run needs fresh engines, and an engine
 that ran TF refuses a second run with one line.
@@ -175,10 +178,14 @@ def _flat(model: Any) -> np.ndarray:
 
 
 def engine_address() -> dict[str, Any]:
-    """This engine's address, a free port, and whether it already ran TF (then it must not)."""
+    """This engine's address, a free port, whether it already ran TF (then it must not), and
+    whether its wildcard binds go to that address (the loopback shim) and must (a local one)."""
+    from ddlstudy.cluster import loopback
     from ddlstudy.frameworks import free_port, host_ip
 
-    return {"ip": host_ip(), "port": free_port(), "used": bool(_TF), "pid": os.getpid()}
+    ip = host_ip()
+    return {"ip": ip, "port": free_port(), "used": bool(_TF), "pid": os.getpid(),
+            **loopback.engine_state(ip)}
 
 
 def engine_setup(cfg: dict[str, Any], spec: dict[str, list[str]],
@@ -190,9 +197,11 @@ def engine_setup(cfg: dict[str, Any], spec: dict[str, list[str]],
 
     import torch
 
+    from ddlstudy.cluster import loopback
     from ddlstudy.cluster.engines import engine_rank
 
     job, index = jobs[engine_rank()]
+    loopback.bind_to(spec[job][index].rsplit(":", 1)[0])  # the shim binds TF's 0.0.0.0 here
     threads = torch.get_num_threads()
     tf = import_tf()
     if _TF:
@@ -437,6 +446,7 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
     import pandas as pd
     from tqdm.auto import tqdm
 
+    from ddlstudy.cluster import loopback
     from ddlstudy.train import trainer
 
     config.validate()
@@ -454,6 +464,7 @@ def train(cluster: Any, config: Any, out_dir: Any = None, progress: bool = True,
     if any(a["used"] for a in addrs):
         raise ValueError(f"{config.strategy}: these engines already ran TensorFlow (a TF "
                          "server cannot restart in a process); start a fresh cluster")
+    loopback.check_engines(config.strategy, addrs)  # before any TF server starts
     jobs = _jobs(config)
     spec: dict[str, list[str]] = {}
     for (job, _), a in zip(jobs, addrs, strict=True):
