@@ -123,6 +123,10 @@ CASES: dict[str, Callable[[], Figure]] = {
     "frameworks_scaling": lambda: plots.frameworks_scaling(
         *_frameworks(), {"10GbE": "10GbE-like", "IB-EDR": "IB-EDR-like"}, "frameworks"),
     "bytes_per_node": lambda: plots.bytes_per_node(_frameworks()[0], "bytes"),
+    "traffic_per_node": lambda: plots.traffic_per_node(pd.DataFrame(
+        [{"strategy": s, "workers": n, "repeat": k, "server_recv / model": float(n),
+          "worker_sent / model": 2 * (n - 1) / n} for s in STRATEGIES for n in (1, 2, 4)
+         for k in range(2)])),
     "efficiency_by_profile": lambda: plots.efficiency_by_profile(pd.DataFrame(
         [{"profile": p, "workers": w, "efficiency": 0.9, "images_per_sec_cluster": 100.0 * w,
           "cpu_bound": False} for p in ("10GbE", "IB-EDR") for w in (1, 2, 4)]), "profiles"),
@@ -134,7 +138,7 @@ CASES: dict[str, Callable[[], Figure]] = {
 NO_LEGEND = {"drift_table_figure", "bracketing_accuracy", "recovery_cost", "step_breakdown"}
 WORKER_AXES = {"throughput_vs_workers", "throughput_with_excluded", "ps_vs_ring",
                "speedup_vs_workers", "projected_curves", "frameworks_scaling",
-               "efficiency_by_profile"}
+               "efficiency_by_profile", "traffic_per_node"}
 
 
 def _overlaps(fig: Figure) -> list[str]:
@@ -208,3 +212,97 @@ def test_save_writes_caption_and_data(tmp_path: Path) -> None:
     meta = json.loads(path.with_suffix(".json").read_text())
     assert meta["caption"] == "Training throughput (emulated)" and meta["kind"] == "measured"
     assert len(pd.read_csv(path.with_suffix(".csv"))) == len(_summary())
+
+
+# ----------------------------------------------------------------------------- chapter figures
+def _validation_cells(over: float) -> pd.DataFrame:
+    """A validation table's ring cells of resnet50 on two profiles, the model's prediction off
+    by `over` (relative) at every worker count above 1."""
+    rows = []
+    for profile, comm in (("10GbE", 1.0), ("IB-EDR", 0.1)):
+        for n in (1, 2, 4):
+            measured = 1.0 + comm * (n - 1)
+            predicted = measured * (1 + over * (n > 1))
+            rows.append({"network": profile, "workers": n, "model": "resnet50",
+                         "strategy": "allreduce", "shape": "cifar", "batch_size": 32,
+                         "replay_source": "gpu", "measured_s": measured,
+                         "predicted_s": predicted, "rel_error": (predicted - measured) / measured})
+    return pd.DataFrame(rows)
+
+
+def test_wang_panel_one_baseline_and_its_own_error() -> None:
+    """Chapter 06's Wang figure: on the emulated panel the line is the model's prediction of the
+    measured cells with the same 1-worker baseline as the dots, and the caption states the error
+    on those points (not the projection's validation error elsewhere)."""
+    from ddlstudy.chapters import ch06_projection as ch06
+
+    cells = ch06.emulated_efficiency(_validation_cells(0.25), "resnet50", "cifar", 32, "gpu")
+    assert list(cells["workers"]) == [1, 2, 4, 1, 2, 4]
+    wide = pd.DataFrame([{"profile": p, "workers": w, "efficiency": 0.9, "panel": "wide"}
+                         for p in ("10GbE", "IB-EDR") for w in (1, 8, 64)])
+    fig = ch06.efficiency_figure(wide, pd.DataFrame(), cells, "cifar, batch 32", "Wang")
+    try:
+        right = fig.axes[1]
+        lines = {ln.get_label(): ln.get_xydata() for ln in right.get_lines()}
+        dots = np.vstack([c.get_offsets() for c in right.collections])
+        caption = style.caption_of(fig)
+    finally:
+        plt.close(fig)
+    # both start at 1 on one worker (one baseline), and the gap is the model's error
+    assert all(xy[xy[:, 0] == 1, 1].tolist() == pytest.approx([1.0]) for xy in lines.values())
+    assert dots[dots[:, 0] == 1, 1].tolist() == pytest.approx([1.0, 1.0])
+    model_10g = lines["10GbE (model, same baseline)"]
+    measured_10g = cells[cells["profile"] == "10GbE"]["efficiency"].to_numpy()
+    assert model_10g[:, 1].tolist() == pytest.approx([1.0, *(measured_10g[1:] / 1.25)])
+    err = cells["abs_error"].median()
+    assert f"{err:.1%}" in caption and "these 6 cells" in caption, caption
+    assert "validated to" not in caption
+
+
+def test_shi_grid_leaves_out_the_silent_ring_point() -> None:
+    """The 1-worker ring sends nothing; its point would squash every panel: it is left out and
+    the caption says so."""
+    from ddlstudy.chapters import ch06_projection as ch06
+
+    proj, measured = _projection()
+    proj.loc[(proj["strategy"] == "allreduce") & (proj["workers"] == 1), "images_per_sec"] = 1e4
+    fig = ch06.shi_figure(proj, measured, "Shi")
+    try:
+        tops = [ax.get_ylim()[1] for ax in fig.axes]
+        points = [xy for ax in fig.axes for ln in ax.get_lines()
+                  if ln.get_label().startswith("allreduce") for xy in ln.get_xydata()]
+        caption = style.caption_of(fig)
+    finally:
+        plt.close(fig)
+    assert all(top < 2000 for top in tops), f"a panel's y range reaches {max(tops)}"
+    assert points and all(x > 1 for x, _ in points)
+    assert "1 worker is left out" in caption and "sends nothing" in caption
+
+
+def test_chapter04_headline_shows_what_its_caption_says(tmp_path: Path) -> None:
+    """The landing page's chapter 04 thumbnail is traffic_per_node.png, whose legend holds both
+    the PS server and a ring worker, as the headline caption says."""
+    from ddlstudy.chapters import ch04_utilization_traffic as ch04
+    from ddlstudy.chapters.registry import CHAPTERS
+
+    caption, patterns = CHAPTERS["04_utilization_traffic"].headlines[0]
+    assert patterns == ("traffic_per_node.png",)
+    summary = pd.DataFrame([{"strategy": s, "workers": n, "repeat": k, "params": 1000,
+                             "bytes_sent_per_step": 4000 * (2 * (n - 1) / n if s == "allreduce"
+                                                            else 1.0),
+                             "server_bytes_recv_per_step": 4000.0 * n if s == "ps_sync" else 0,
+                             "server_bytes_sent_per_step": 4000.0 * n if s == "ps_sync" else 0}
+                            for s in STRATEGIES for n in (1, 2, 4) for k in range(2)])
+    ch04.traffic(summary, tmp_path)
+    meta = json.loads((tmp_path / "traffic_per_node.json").read_text())
+    assert "PS server" in meta["caption"] and "ring worker" in meta["caption"]
+    assert "PS server" in caption and "ring worker" in caption
+    fig = plots.traffic_per_node(pd.read_csv(tmp_path / "traffic_per_node.csv"))
+    try:
+        labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        ps = next(ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("PS"))
+    finally:
+        plt.close(fig)
+    assert any(lb.startswith("PS server") for lb in labels), labels
+    assert any(lb.startswith("ring worker") for lb in labels), labels
+    assert list(ps.get_ydata()) == pytest.approx([1.0, 2.0, 4.0])

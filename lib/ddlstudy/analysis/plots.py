@@ -2,11 +2,16 @@
 
 Every function takes a tidy DataFrame as the run wrote it and returns a Figure, so a notebook,
 the report and a test draw the same picture from the same records.
+
+Long because: one module holds every chapter's figure kinds (one function each, grouped by
+chapter), so the book's style (analysis.style) and tests/test_figures.py reach them all in one
+place; splitting by chapter would scatter the shared helpers (bytes axes, projected curves).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -265,6 +270,30 @@ def ps_setups_timeline(mon: pd.DataFrame, title: str = "") -> Figure:
     return style.finish(fig, server, "measured")
 
 
+def traffic_per_node(per_repeat: pd.DataFrame, title: str = "") -> Figure:
+    """Shi 2019 Figs 4.5-4.22 in one panel: bytes per step through the PS server (received)
+    and through one ring worker (sent), in model sizes, against workers (median of repeats,
+    every repeat a dot), beside the ring's 2(N-1)/N (analytic)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    series = [("ps_sync", "server_recv / model", "PS server (received)"),
+              ("allreduce", "worker_sent / model", "ring worker (sent)")]
+    for strategy, col, label in series:
+        part = per_repeat[per_repeat["strategy"] == strategy]
+        if part.empty:
+            continue
+        med = part.groupby("workers")[col].median()
+        ax.plot(med.index, med.values, marker="o", color=style.colour(strategy), label=label)
+        ax.scatter(part["workers"], part[col], color=style.colour(strategy), alpha=0.35, s=12)
+    n = np.array(sorted(per_repeat["workers"].unique()))
+    ax.plot(n, 2 * (n - 1) / n, "k--", lw=1, label="ring theory 2(N-1)/N (analytic)")
+    style.integer_ticks(ax, per_repeat["workers"])
+    ax.set(xlabel="workers", ylabel="bytes per step / model size")
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Traffic per node per step: the PS server vs a ring worker",
+                 fontsize=10)
+    return style.finish(fig, per_repeat, "measured")
+
+
 def drift_table_figure(drift: pd.DataFrame, title: str = "") -> Figure:
     fig, ax = plt.subplots(figsize=(6, 3))
     # points, not bars: a bar's length means nothing on a log axis (used when errors span decades)
@@ -303,9 +332,10 @@ def model_vs_measured(table: pd.DataFrame, title: str = "") -> Figure:
 
 def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, hue: str,
                      col: str | None = None, title: str = "", logx: bool = False,
-                     ylabel: str = "") -> Figure:
+                     ylabel: str = "", line_kind: dict[Any, str] | None = None) -> Figure:
     """Projected `y` vs workers as lines (one per `hue`, a panel per `col`), measured cells of
-    the same configuration as points on them."""
+    the same configuration as points on them. line_kind: panel -> what its lines are, in the
+    legend ('projected' where not given)."""
     cols = list(proj[col].unique()) if col else [None]
     fig, axes = plt.subplots(1, len(cols), figsize=(3.4 * len(cols) + 1.5, 3.6), squeeze=False,
                              sharey=y == "efficiency")
@@ -314,7 +344,8 @@ def projected_curves(proj: pd.DataFrame, measured: pd.DataFrame | None, y: str, 
         part = proj if key is None else proj[proj[col] == key]
         for name, line in part.groupby(hue, sort=False):
             line = line.sort_values("workers")
-            ax.plot(line["workers"], line[y], color=palette[name], label=f"{name} (projected)")
+            kind = (line_kind or {}).get(key, "projected")
+            ax.plot(line["workers"], line[y], color=palette[name], label=f"{name} ({kind})")
         if measured is not None and len(measured):
             pts = measured if key is None else measured[measured[col] == key]
             for name, dots in pts.groupby(hue):

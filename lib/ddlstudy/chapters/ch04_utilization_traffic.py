@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -143,7 +144,8 @@ def model_bytes(summary: pd.DataFrame) -> float:
 
 def traffic(summary: pd.DataFrame, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Bytes per step per node, per repeat (`traffic_per_repeat`) and their medians beside the
-    ring's 2(N-1)/N (`traffic_per_step`)."""
+    ring's 2(N-1)/N (`traffic_per_step`); the PS server vs a ring worker drawn as
+    `traffic_per_node.png` (the chapter's headline figure)."""
     mb = model_bytes(summary)
     counted = (summary["bytes_source"] if "bytes_source" in summary
                else pd.Series("counted", index=summary.index))
@@ -162,6 +164,11 @@ def traffic(summary: pd.DataFrame, out: Path) -> tuple[pd.DataFrame, pd.DataFram
     per_step["ring theory 2(N-1)/N (analytic)"] = 2 * (per_step["workers"] - 1) / per_step[
         "workers"]
     records.write_table(per_step, out, "traffic_per_step")
+    fig = plots.traffic_per_node(
+        per_repeat, "Traffic per node per step: the PS server (received) vs a ring worker "
+        "(sent), in model sizes, counted by the strategies")
+    plots.save(fig, out, "traffic_per_node")
+    plt.close(fig)
     return per_repeat, per_step
 
 

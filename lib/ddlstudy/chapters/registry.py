@@ -129,8 +129,8 @@ for _c in [
             tables={"monitor": (), "summary": (), "traffic_per_step": (),
                     "traffic_per_repeat": ()},
             summary=f"{_S}:utilization_traffic",
-            headlines=(("Traffic per node: the PS server vs ring workers",
-                        ("packets-ps_sync-*w.png", "ps_setups_timeline.png")),)),
+            headlines=(("Traffic per node per step: the PS server vs a ring worker",
+                        ("traffic_per_node.png",)),)),
     Chapter("05_network_profiles", "ResNet-50 ring all-reduce on IB-EDR-like vs 10GbE-like "
             "emulated links, scaling efficiency per profile", "Wang (NCHC) Fig. 5",
             ("Wang (NCHC)",), params_section="network",
