@@ -309,3 +309,99 @@ def test_book_states_claims_csv_verdicts_and_presents_outputs(tmp_path: Path) ->
     assert re.search(r'alt="Figure 2\.1: Training throughput \(emulated\)', chapter)
     assert "02_collectives-throughput.csv" in chapter
     assert (report / "_static" / "data" / "02_collectives-throughput.csv").exists()
+
+
+# --- item 2: a chapter's prose states a paper's verdict only as the claims engine decided it
+# a verdict word, or a paper's expectation, in one sentence with a paper (or "theirs")
+# ("What differs from the papers: ..." lists conditions, not a verdict)
+_VERDICT = (r"(agree\w*|(?<!what )differ\w*|confirm\w*|contradict\w*|inconclusive"
+            r"|expect\w*|theirs)")
+_PAPER = r"(paper\w*|theirs|they|Shi|Wang|Malik|Fourie|Pani|Rajbhandari|Vogels)"
+PAPER_VERDICT = re.compile(rf"\b{_PAPER}\b[^.]*\b{_VERDICT}|\b{_VERDICT}[^.]*\b{_PAPER}\b",
+                           re.I)
+# the functions through which a chapter may state a claim's verdict: the engine's own rows
+ENGINE_CALLS = {"chapter_claims", "claims_text", "claims_summary", "verdict_counts"}
+
+
+def _literal_text(node) -> str:
+    """A string constant's text; an f-string's literal parts with {} for each field."""
+    import ast
+
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else ""
+    return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+
+
+def test_chapter_sources_word_no_verdict_of_their_own(repo_root: Path) -> None:
+    """Every string in a chapter module that words a paper's verdict sits in a function that
+    takes it from the claims engine (chapter_claims / claims_text / the counts of claims.csv),
+    so a chapter page and chapter 99 cannot disagree."""
+    import ast
+
+    own = []
+    for path in sorted((repo_root / "lib/ddlstudy/chapters").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            calls = {getattr(c.func, "id", getattr(c.func, "attr", "")) for c in ast.walk(fn)
+                     if isinstance(c, ast.Call)}
+            if calls & ENGINE_CALLS:
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Constant | ast.JoinedStr) and not (
+                        fn.body and isinstance(fn.body[0], ast.Expr)
+                        and fn.body[0].value is node):  # docstrings explain, they state nothing
+                    text = _literal_text(node)
+                    if PAPER_VERDICT.search(text):
+                        own.append(f"{path.name}:{node.lineno} {fn.name}: {text[:80]!r}")
+    assert not own, "chapter prose wording a paper's verdict itself:\n" + "\n".join(own)
+
+
+def _verdict_rows() -> pd.DataFrame:
+    return pd.DataFrame([
+        {"paper": "Shi 2019", "claim_id": "a", "claim": "PS levels off", "verdict": "agrees"},
+        {"paper": "Shi 2019", "claim_id": "b", "claim": "ring proportional",
+         "verdict": "differs"},
+        {"paper": "Shi 2019", "claim_id": "c", "claim": "ring better", "verdict": "differs"},
+        {"paper": "Wang (NCHC)", "claim_id": "d", "claim": "IB 89 %",
+         "verdict": "inconclusive: 2 runs (needs 5)"},
+        {"paper": "Malik 2018", "claim_id": "e", "claim": "almost linear",
+         "verdict": "agrees"}])
+
+
+def test_generated_prose_states_claims_csv(tmp_path: Path, repo_root: Path) -> None:
+    """Generated prose, run on records: chapter 99's summary counts claims.csv's verdicts per
+    paper (a flipped verdict is caught), says no 'Agreeing' of a paper with a differing claim;
+    the committed reference chapters' summaries and chapter 06's findings word no verdict."""
+    from types import SimpleNamespace
+
+    from ddlstudy.chapters import ch06_projection as ch06
+    from ddlstudy.report import claims_view
+
+    claims = _verdict_rows()
+    claims.to_csv(tmp_path / "claims.csv", index=False)
+    text = summaries.conclusions(tmp_path)
+    assert "Shi 2019: 1 agrees, 2 differs" in text and "Agreeing" not in text, text
+    assert claims_view.check_page(text, claims) == []
+    flipped = claims.assign(verdict=claims["verdict"].replace({"differs": "agrees"}))
+    assert claims_view.check_page(text, flipped), "a count that differs went unnoticed"
+
+    said = {}
+    for folder in sorted(p for p in (repo_root / "results/reference").iterdir() if p.is_dir()):
+        chapter = next(c for c in summaries.summary_functions() if folder.name.startswith(c))
+        said[folder.name] = summaries.summarize(chapter, folder)
+    proj = pd.DataFrame([{"model": m, "strategy": s, "workers": n, "images_per_sec": 10.0 * n}
+                         for m in ("alexnet", "vgg16") for s in ("ps_sync", "allreduce")
+                         for n in (1, 6)])
+    wang = pd.DataFrame([{"profile": p, "workers": 64, "efficiency": e}
+                         for p, e in (("IB-EDR", 0.4), ("10GbE", 0.6))])  # their order reversed
+    malik = pd.DataFrame([{"model": "alexnet", "workers": 512, "images_per_sec": 1.0,
+                           "setup": "allreduce (10GbE)", "efficiency": 0.5}])
+    S = SimpleNamespace(J=SimpleNamespace(workers=[1, 6], profile="10GbE", replay_source="gpu",
+                                          compute_scale=1.0, scaling_workers=[1, 512]),
+                        V=SimpleNamespace(n_cells=0), shi=proj, wang=wang, malik=malik,
+                        label="projected (analytic)")
+    said["06 findings"] = ch06.text(S)
+    wording = {k: PAPER_VERDICT.search(v).group(0) for k, v in said.items()
+               if PAPER_VERDICT.search(v)}
+    assert not wording, f"generated prose wording a verdict of its own: {wording}"
+    assert "89 %" in said["06 findings"] and "chapter 99" in said["06 findings"]

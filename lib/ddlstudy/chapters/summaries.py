@@ -220,17 +220,36 @@ def batch_size(folder: Path) -> str:
                else " Malik 2018's emulated sweep was not run."))
 
 
+# verdict families as claims.csv writes them (a verdict may carry its reason after a colon)
+VERDICTS = ("agrees", "differs", "inconclusive", "set by configuration", "not measured")
+
+
+def verdict_word(verdict: object) -> str:
+    """The verdict's family (claims.csv's verdict column holds it as is)."""
+    text = str(verdict)
+    return next((v for v in VERDICTS if text.startswith(v)), text)
+
+
+def verdict_counts(part: pd.DataFrame) -> str:
+    """'2 agrees, 3 differs, ...' over claims.csv rows, in VERDICTS order: the one way the book
+    states how a paper fared (tests/test_book.py checks every page against claims.csv)."""
+    counts = part["verdict"].map(verdict_word).value_counts()
+    return ", ".join(f"{int(counts[v])} {v}" for v in VERDICTS if v in counts)
+
+
+def claims_summary(df: pd.DataFrame) -> str:
+    """One paragraph: rows per verdict over all papers, then per paper (from claims.csv)."""
+    n_claims = df["claim_id"].nunique() if "claim_id" in df else len(df)
+    per = "; ".join(f"{p}: {verdict_counts(df[df['paper'] == p])}"
+                    for p in dict.fromkeys(df["paper"].astype(str)))
+    return (f"{n_claims} claims of {df['paper'].nunique()} papers, tested as {len(df)} rows "
+            f"(one per testbed or measurement): {verdict_counts(df)}. Per paper: {per}.")
+
+
 def conclusions(folder: Path) -> str:
-    """Chapter 99: how many of the papers' claims this run agrees with, differs from, etc."""
-    df = _table(folder, "claims", "claim", "verdict")
-    counts = df["verdict"].value_counts()
-    text = (f"Of {len(df)} claims from the papers, this run "
-            + ", ".join(f"{v}: {n}" for v, n in counts.items()) + ".")
-    if "seed" not in df.columns and "paper" in df.columns:  # the older table's paper = figure
-        agreed = sorted(df.loc[df["verdict"] == "agrees", "paper"].astype(str).unique())
-        if agreed:
-            text += f" Agreeing: {', '.join(agreed)}."
-    return text
+    """Chapter 99: per verdict and per paper, the rows of claims.csv (the claims engine's
+    verdicts, counted; never a verdict of its own)."""
+    return claims_summary(_table(folder, "claims", "paper", "verdict"))
 
 
 def frameworks(folder: Path) -> str:

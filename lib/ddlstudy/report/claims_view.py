@@ -18,7 +18,11 @@ from typing import Any
 
 import pandas as pd
 
-VERDICTS = ("agrees", "differs", "inconclusive", "set by configuration", "not measured")
+from ddlstudy.chapters.summaries import VERDICTS, claims_summary, verdict_word
+from ddlstudy.chapters.summaries import verdict_counts as _count_words
+
+# the verdict families and the per-paper counts are defined once, in the chapter summaries
+# (chapter 99's summary states them too, where the book has no claims view); shown from here
 DASH = "\u2014"
 
 
@@ -65,12 +69,6 @@ def papers_number(row: pd.Series, claim: Any = None) -> str:
     if kind == "magnitude" and band:  # the paper's stated number, as the accepted range
         return band.strip(" ()")
     return f"{num(ref)}{band}" if num(ref) != DASH else DASH
-
-
-def verdict_word(verdict: Any) -> str:
-    """The verdict's family (claims.csv's verdict column holds it as is)."""
-    text = str(verdict)
-    return next((v for v in VERDICTS if text.startswith(v)), text)
 
 
 def measure_command(reason: str) -> str:
@@ -216,19 +214,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def _count_words(part: pd.DataFrame) -> str:
-    """'2 agrees, 3 differs, ...' over the rows (the badges below), in VERDICTS order."""
-    counts = part["verdict"].map(verdict_word).value_counts()
-    return ", ".join(f"{int(counts[v])} {v}" for v in VERDICTS if v in counts)
-
-
 def summary_text(df: pd.DataFrame) -> str:
     """One paragraph: rows per verdict over all papers, then per paper (from claims.csv)."""
-    n_claims = df["claim_id"].nunique() if "claim_id" in df else len(df)
-    per = "; ".join(f"{p}: {_count_words(df[df['paper'] == p])}"
-                    for p in dict.fromkeys(df["paper"].astype(str)))
-    return (f"{n_claims} claims of {df['paper'].nunique()} papers, tested as {len(df)} rows "
-            f"(one per testbed or measurement): {_count_words(df)}. Per paper: {per}.")
+    return claims_summary(df)
 
 
 def verdict_figure(df: pd.DataFrame, path: Path) -> Path:
