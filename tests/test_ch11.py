@@ -86,3 +86,31 @@ def test_real_run_zero1_sends_the_rings_bytes_and_zero3_one_and_a_half(tmp_path:
     slow = ch.stragglers(S)
     assert slow.empty and (tmp_path / ch.NAME / "stragglers.csv").exists()
     assert "zero3" in ch.summary(tmp_path / ch.NAME)
+
+
+def test_accuracy_costs_pair_by_seed() -> None:
+    runs = pd.DataFrame([{"strategy": s, "seed": seed, "test_accuracy": acc + 0.001 * seed,
+                          "bytes_sent_per_step": b, "error": ""}
+                         for seed in range(5)
+                         for s, acc, b in (("ddp", 0.90, 1000.0), ("ddp_powersgd1", 0.85, 50.0))])
+    cost = ch.accuracy_costs(runs, "ddp").set_index("strategy")
+    assert cost.loc["ddp", "accuracy_diff"] == 0.0
+    assert cost.loc["ddp_powersgd1", "accuracy_diff"] == pytest.approx(-0.05)
+    assert cost.loc["ddp_powersgd1", "bytes_ratio"] == pytest.approx(0.05)
+    assert cost.loc["ddp_powersgd1", "runs"] == 5
+    assert "-0.050" in ch.summary_lines(pd.DataFrame(columns=["strategy"]), pd.DataFrame(
+        columns=["arm"]), acc=cost.reset_index())
+
+
+def test_real_powersgd_sends_fewer_bytes_and_is_scored_on_the_same_seeds(tmp_path: Path
+                                                                         ) -> None:
+    """CI settings: ddp vs ddp_powersgd1, mlp on digits, 1 epoch, seeds 0 and 1."""
+    P = load_params(*FILES)
+    S = ch.setup(P, tmp_path, straggler_arms=[])
+    cost = ch.accuracy(S).set_index("strategy")
+    runs = pd.read_csv(tmp_path / ch.NAME / "accuracy.csv")
+    assert sorted(runs["seed"].unique()) == [0, 1] and runs["error"].isna().all()
+    assert cost.loc["ddp", "accuracy_diff"] == 0.0 and cost.loc["ddp_powersgd1", "runs"] == 2
+    assert cost.loc["ddp_powersgd1", "bytes_ratio"] < 0.5  # rank 1: far fewer bytes
+    assert cost.loc["ddp", "test_accuracy"] > 0.3  # learned: well above chance (0.1)
+    assert 0.0 < cost.loc["ddp_powersgd1", "test_accuracy"] <= 1.0

@@ -43,6 +43,7 @@ class Beyond:
     bytes_ratio: pd.DataFrame = field(default_factory=pd.DataFrame)
     straggler_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     slowdown: pd.DataFrame = field(default_factory=pd.DataFrame)
+    accuracy_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
     net: dict[str, Any] = field(default_factory=dict)
 
 
@@ -173,6 +174,65 @@ def stragglers(S: Beyond) -> pd.DataFrame:
     return S.slowdown
 
 
+def accuracy(S: Beyond) -> pd.DataFrame:
+    """Compression's accuracy cost in chapter 08's terms: each of `accuracy_strategies` trained
+    `accuracy_epochs` on a real data set once per seed (the same seeds for all, local engines,
+    real compute); final test accuracy minus the first strategy's (uncompressed), paired by
+    seed. Writes accuracy.csv (one row per run) and accuracy_cost.csv."""
+    from ddlstudy.experiments import grid
+    from ddlstudy.train.config import TrainConfig
+
+    B = S.B
+    if not B.accuracy_strategies:
+        S.accuracy_cost = pd.DataFrame(columns=ACCURACY_COLUMNS)
+        return S.accuracy_cost
+    configs = [TrainConfig(model=B.accuracy_model, dataset=B.accuracy_dataset, strategy=st,
+                           workers=B.accuracy_workers, batch_size=B.accuracy_batch_size,
+                           epochs=B.accuracy_epochs, lr=B.accuracy_lr, seed=seed,
+                           model_kwargs=MLP_KW if B.accuracy_model == "mlp" else {},
+                           data_root=str(S.P.data.path()), verify_data=S.P.data.verify
+                           ).validate()
+               for seed in B.accuracy_seeds for st in B.accuracy_strategies]
+    rows = []
+    with grid.emulated_cluster("none", grid.engines_needed(configs),
+                               start_timeout_s=S.P.cluster.start_timeout_s,
+                               collective_timeout_s=B.timeout_s) as cluster:
+        for seed in B.accuracy_seeds:  # a folder per seed: a cell's label has no seed
+            part = [c for c in configs if c.seed == seed]
+            rows.append(grid.run_grid(cluster, part, S.out / "accuracy_runs" / f"seed{seed}"))
+    runs = pd.concat(rows, ignore_index=True)
+    records.write_table(runs, S.out, "accuracy")
+    S.accuracy_cost = accuracy_costs(runs, B.accuracy_strategies[0])
+    records.write_table(S.accuracy_cost, S.out, "accuracy_cost")
+    return S.accuracy_cost
+
+
+# relu, as chapter 08's short settings: the sigmoid MLP (Fourie 2019's) barely moves off chance
+# on digits in a few epochs, and a chance-level model cannot show an accuracy cost
+MLP_KW = {"activation": "relu"}
+ACCURACY_COLUMNS = ["strategy", "baseline", "test_accuracy", "accuracy_diff", "ci_low",
+                    "ci_high", "runs", "bytes_ratio"]
+
+
+def accuracy_costs(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per strategy: median final test accuracy, its difference from `baseline`'s paired by
+    seed with a bootstrap interval, and bytes per step relative to the baseline's."""
+    ok = runs[runs["error"].fillna("").astype(str) == ""] if "error" in runs else runs
+    base = ok[ok["strategy"] == baseline].set_index("seed")
+    out = []
+    for strategy, part in ok.groupby("strategy", sort=False):
+        p = part.set_index("seed")
+        common = p.index.intersection(base.index)
+        d = stats.diff_ci(p.loc[common, "test_accuracy"], base.loc[common, "test_accuracy"])
+        b = stats.ratio_ci(p.loc[common, "bytes_sent_per_step"],
+                           base.loc[common, "bytes_sent_per_step"])
+        out.append({"strategy": strategy, "baseline": baseline,
+                    "test_accuracy": float(part["test_accuracy"].median()),
+                    "accuracy_diff": d.value, "ci_low": d.low, "ci_high": d.high, "runs": d.n,
+                    "bytes_ratio": b.value})
+    return pd.DataFrame(out, columns=ACCURACY_COLUMNS)
+
+
 def figure(S: Beyond) -> Any:
     """Bytes per step per rank and images/sec per strategy, relative to the ring
     (beyond.png)."""
@@ -208,10 +268,11 @@ def _conditions(S: Beyond) -> str:
 
 def text(S: Beyond) -> str:
     """The chapter's findings, computed from its tables."""
-    return summary_lines(S.bytes_ratio, S.slowdown, _conditions(S))
+    return summary_lines(S.bytes_ratio, S.slowdown, _conditions(S), S.accuracy_cost)
 
 
-def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "") -> str:
+def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "",
+                  acc: pd.DataFrame | None = None) -> str:
     """Bullets: each strategy's bytes and rate relative to the ring, then each straggler cell."""
     from ddlstudy.experiments.stragglers import sentences
 
@@ -228,6 +289,14 @@ def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "") -> st
             f"images/sec not compared (compute {r.compute_mode} here, the ring's differs)")
         lines.append(f"{r.strategy}: {b}, {rate}, {r.runs} run(s).")
     lines += sentences(slow)
+    for r in (acc if acc is not None else pd.DataFrame()).itertuples():
+        if r.strategy == r.baseline:
+            continue
+        ci = (f" [{r.ci_low:+.3f}, {r.ci_high:+.3f}]" if math.isfinite(r.ci_low)
+              else " (no interval)")
+        lines.append(f"{r.strategy}: final test accuracy {r.accuracy_diff:+.3f}{ci} against "
+                     f"{r.baseline} (same seeds, {r.runs} runs), at {r.bytes_ratio:.3g}x its "
+                     "bytes per step (local engines, real compute).")
     if cond:
         lines.append(f"Conditions: {cond}.")
     return "\n\n".join(f"- {x}" for x in lines) or "No run finished."

@@ -183,6 +183,7 @@ for _c in [
                     "bytes_ratio": ("strategy", "bytes_ratio", "runs"),
                     "stragglers": ("arm", "factor", "repeat", "images_per_sec_sustained"),
                     "straggler_slowdown": ("arm", "factor", "ratio")},
+            optional_tables={"accuracy": (), "accuracy_cost": ()},  # not when no strategies
             summary="ddlstudy.chapters.ch11_beyond:summary", quick=False, kind="emulated",
             headlines=(("Bytes per step per rank and images/sec relative to the ring",
                         ("beyond.png",)),)),

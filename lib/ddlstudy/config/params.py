@@ -707,6 +707,22 @@ class BeyondParams(_Section):
     straggler_rank: int = Field(1, ge=0)
     straggler_factors: list[float] = Field(default_factory=lambda: [2.0])
     straggler_delay_s: float = Field(0.0, ge=0, le=60)
+    # the accuracy cost of compression in chapter 08's terms: final test accuracy of each
+    # strategy minus the first's (uncompressed), same seeds, local engines, real compute
+    accuracy_strategies: LocalStrategies = Field(default_factory=lambda: [
+        "ddp", "ddp_fp16", "ddp_powersgd1"], description="the first is the baseline; [] skips")
+    accuracy_model: ModelName = "mlp"
+    accuracy_dataset: RealDataset = "digits"
+    accuracy_workers: int = Field(2, ge=2, le=64)
+    accuracy_batch_size: int = Field(32, ge=1, le=1 << 16)
+    accuracy_epochs: int = Field(3, ge=1, le=1000)
+    accuracy_lr: float = Field(0.5, gt=0, le=100)
+    accuracy_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+
+    @field_validator("accuracy_seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        return _check_seeds(v)
 
     @field_validator("strategies")
     @classmethod
