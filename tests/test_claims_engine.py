@@ -125,3 +125,49 @@ def test_calibrate_measures_the_spread_from_repeated_cells(tmp_path) -> None:
                                                       index=False)
     cv, why = engine.reference_spread(tmp_path)
     assert cv is not None and 0.01 < cv < 0.06 and "2 cells measured more than once" in why
+
+
+# ----------------------------------------------------------------------------- two columns
+def _grid(testbed: str, r1: float, r6: float, compute: float, comm: float) -> list[dict]:
+    """Chapter 03 emulated rows of one testbed: ring and PS at 1 / 3 / 6 workers, 6 runs."""
+    rows = []
+    for rep, k in enumerate([0.99, 1.01, 1.0, 0.995, 1.005, 1.002]):
+        for strategy, rates in (("allreduce", {1: r1, 3: r1 * 3 * r6 / (6 * r1) ** 0.5 / 2,
+                                               6: r6}),
+                                ("ps_sync", {1: r1 / 2, 3: r1, 6: r1})):
+            for n, rate in rates.items():
+                rows.append({"model": "resnet50", "strategy": strategy, "workers": n,
+                             "repeat": rep, "images_per_sec": rate * k, "compute_s": compute,
+                             "comm_s": comm, "testbed": testbed})
+    return rows
+
+
+def test_a_claim_is_decided_in_two_columns_and_names_the_ratio_that_flipped_it(tmp_path):
+    """Shi 2019's 'ring roughly proportional' on the paper's testbed (shi2019: compute-bound,
+    efficiency ~0.97: agrees, the reproduction) and on today's (the H100 replay: efficiency
+    ~0.17: differs, the update); both rows name compute / communication on each testbed."""
+    import pandas as pd
+
+    from ddlstudy.claims.base import EMULATED_03, REPRODUCTION, UPDATE
+
+    folders = engine.chapter_folders(["03_ps_vs_ring"], [], ["resnet50"])
+    assert f"{EMULATED_03}-shi2019-resnet50" in folders[EMULATED_03]
+    for name, rows in ((f"{EMULATED_03}-resnet50", _grid("none", 1000, 1000, 2.8, 13.0)),
+                       (f"{EMULATED_03}-shi2019-resnet50", _grid("shi2019", 50, 291, 13, 1.0))):
+        (tmp_path / name).mkdir()
+        pd.DataFrame(rows).to_csv(tmp_path / name / "summary.csv", index=False)
+    claim = next(c for c in engine.CLAIMS if c.id == "shi_ring_proportional")
+    table = engine.claims_table(tmp_path, folders, [claim])
+    emu = table[table["chapter"] == EMULATED_03].set_index("column")
+    assert set(emu.index) == {REPRODUCTION, UPDATE}
+    assert emu.loc[REPRODUCTION, "verdict"] == engine.AGREES
+    assert emu.loc[UPDATE, "verdict"] == engine.DIFFERS
+    assert "shi2019" in emu.loc[REPRODUCTION, "testbed"]
+    for col in (REPRODUCTION, UPDATE):
+        why = emu.loc[col, "flipped_by"]
+        assert "compute / communication per step at 6 workers: 13 on the paper's" in why
+        assert "vs 0.215 on today's" in why
+    # the same verdict on both testbeds names no flip
+    same = engine.flips([{**r, "verdict": engine.AGREES, "flipped_by": ""}
+                         for r in table.to_dict("records")])
+    assert len(same) == len(table) and not any(r["flipped_by"] for r in same)

@@ -30,6 +30,9 @@ EMULATED_03 = "03_ps_vs_ring-emulated"
 TESTBED_EMULATED = "emulated H100 replay / one GPU per node"
 TESTBED_HOST = "one host (CPU; workers share its cores)"
 TESTBED_NONE = "none: not measured"
+# Chapter 99's two columns (issue 21): a claim decided on the paper's own testbed (the
+# reproduction) and on today's hardware (the update: the H100 replayed, or a 'today' testbed).
+REPRODUCTION, UPDATE = "reproduction", "update"
 NOT_MEASURED, SET_BY_CONFIG = "not measured", "set by configuration"
 KINDS = ("direction", "equivalence", "magnitude")
 
@@ -38,7 +41,10 @@ KINDS = ("direction", "equivalence", "magnitude")
 class Measurement:
     """One row's data: `a` (and `b` for a ratio a / b of two independent groups), one value per
     independent run. `missing` (not measured: why, and which command measures it) or `fixed`
-    (set by configuration: why) instead of values draws no verdict."""
+    (set by configuration: why) instead of values draws no verdict. `column`: REPRODUCTION or
+    UPDATE when the row stands for the paper's testbed or today's ('' otherwise); `ratio`:
+    (what, value) of the quantity that sets the regime on this testbed (compute / communication
+    per step), named when the two columns disagree."""
 
     label: str
     a: tuple[float, ...] = ()
@@ -49,6 +55,8 @@ class Measurement:
     note: str = ""
     missing: str = ""
     fixed: str = ""
+    column: str = ""
+    ratio: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,10 @@ from ddlstudy.analysis import calibration, inference
 from ddlstudy.claims.base import (
     EMULATED_03,
     NOT_MEASURED,
+    REPRODUCTION,
     SET_BY_CONFIG,
     TESTBED_NONE,
+    UPDATE,
     Claim,
     Folders,
     Measurement,
@@ -48,11 +50,16 @@ DECIDED = (AGREES, DIFFERS)
 def chapter_folders(chapters: Sequence[str], models: Sequence[str],
                     emulated_models: Sequence[str] = ()) -> Folders:
     """chapter -> the folders this parameter set writes (chapter 03: one per model; its
-    emulated section, one per `network.chapter03_models`, under EMULATED_03)."""
+    emulated section, one per `network.chapter03_models`, under EMULATED_03, plus the folders
+    results/reference keeps a testbed's grid in, `<EMULATED_03>-<testbed>-<model>` for every
+    testbed of the catalog: read where present)."""
     folders = {ch: ([f"{ch}-{m}" for m in models] if ch == "03_ps_vs_ring" else [ch])
                for ch in chapters}
     if "03_ps_vs_ring" in chapters and emulated_models:
-        folders[EMULATED_03] = [f"{EMULATED_03}-{m}" for m in emulated_models]
+        from ddlstudy.testbeds import catalog
+
+        folders[EMULATED_03] = [f"{EMULATED_03}-{m}" for m in emulated_models] + [
+            f"{EMULATED_03}-{tb}-{m}" for tb in catalog.names() for m in emulated_models]
     return folders
 
 
@@ -91,7 +98,9 @@ def _row(c: Claim, m: Measurement) -> dict:
             "location": c.location, "conditions": c.conditions, "quantity": quantity,
             "no_effect": c.no_effect, "margin_low": c.margin_low, "margin_high": c.margin_high,
             "testbed": m.testbed, "source": m.source, "chapter": m.chapter,
-            "value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "runs": 0, "method": ""}
+            "value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "runs": 0, "method": "",
+            "column": m.column, "ratio_what": m.ratio[0] if m.ratio else "",
+            "ratio": m.ratio[1] if m.ratio else math.nan, "flipped_by": ""}
     if m.fixed:
         return {**base, "testbed": m.testbed if m.source else "emulator settings",
                 "verdict": SET_BY_CONFIG, "reason": m.fixed}
@@ -114,8 +123,33 @@ def evaluate(claim: Claim, run_dir: Path, folders: Folders) -> list[dict]:
     if claim.measure is None:
         return [_row(claim, Measurement("", missing=claim.needs, testbed=TESTBED_NONE))]
     found = claim.measure(Records(run_dir, folders, claim.reads))
-    return [_row(claim, m) for m in found] or [
+    rows = [_row(claim, m) for m in found] or [
         _row(claim, Measurement("", missing="not measured: no records"))]
+    return flips(rows)
+
+
+def flips(rows: list[dict]) -> list[dict]:
+    """Chapter 99's two columns: where a claim's row on the paper's testbed (reproduction) and
+    its row on today's (update) for the same subject (the label before ':', a model) are both
+    decided and disagree, both rows name the ratio that flipped it, with its value on each."""
+    def subject(row: dict) -> str:
+        label = str(row["quantity"]).rsplit(" [", 1)[-1]
+        return label.split(":", 1)[0]
+
+    decided = [r for r in rows if r["verdict"] in DECIDED and r["column"] in (REPRODUCTION,
+                                                                              UPDATE)]
+    for rep in (r for r in decided if r["column"] == REPRODUCTION):
+        for upd in (r for r in decided if r["column"] == UPDATE):
+            if subject(rep) != subject(upd) or rep["verdict"] == upd["verdict"]:
+                continue
+            if rep["ratio_what"] and rep["ratio_what"] == upd["ratio_what"]:
+                why = (f"{rep['ratio_what']}: {rep['ratio']:.3g} on the paper's testbed "
+                       f"({rep['testbed']}) vs {upd['ratio']:.3g} on today's ({upd['testbed']})")
+            else:
+                why = ("the testbeds differ (compute per step and link rate); no common ratio "
+                       "recorded")
+            rep["flipped_by"] = upd["flipped_by"] = why
+    return rows
 
 
 def claims_table(run_dir: str | Path, folders: Folders | None = None,

@@ -13,8 +13,10 @@ import pandas as pd
 
 from ddlstudy.claims.base import (
     EMULATED_03,
+    REPRODUCTION,
     TESTBED_EMULATED,
     TESTBED_HOST,
+    UPDATE,
     Claim,
     Measurement,
     Records,
@@ -34,21 +36,55 @@ RING = "allreduce"
 PS = "ps_sync"
 
 
-def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str]]:
-    """(chapter, summary, source, testbed) of chapter 03's one-host and emulated sections."""
-    out = []
-    for ch, src, bed in ((CH03, "measured on one host (workers share its cores)", TESTBED_HOST),
-                         (EMULATED_03, "emulated (shaped links, replayed compute)",
-                          TESTBED_EMULATED)):
-        out.append((ch, rec.table(ch, "summary"), src, bed))
+def _testbed_label(name: str) -> tuple[str, str]:
+    """(testbed label, column) of an emulated chapter 03 grid run on testbed `name` ('none':
+    the study's own H100 replay, today's device: the update)."""
+    if name in ("", "none", "nan"):
+        return TESTBED_EMULATED, UPDATE
+    from ddlstudy.testbeds import catalog
+
+    tb = catalog.testbed(name)
+    link = tb.inter_node
+    rate = f"{link.node_rate_bps / 1e9:g} Gb/s" if link.node_rate_bps else link.kind
+    column = REPRODUCTION if tb.paper == PAPER else UPDATE if tb.paper == "today" else ""
+    return (f"emulated testbed {name}: {tb.device.value} replayed, {rate} links, "
+            f"{tb.gpus_per_node.value} GPU(s) per node", column)
+
+
+def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str, str]]:
+    """(chapter, summary, source, testbed, column) of chapter 03's one-host section and of its
+    emulated section, one per testbed its cells ran on (column `testbed`; cells without it ran
+    the study's own settings: an H100 replayed, today's device)."""
+    out = [(CH03, rec.table(CH03, "summary"), "measured on one host (workers share its cores)",
+            TESTBED_HOST, "")]
+    df = rec.table(EMULATED_03, "summary")
+    src = "emulated (shaped links, replayed compute)"
+    if df.empty or "testbed" not in df:
+        return [*out, (EMULATED_03, df, src, TESTBED_EMULATED, UPDATE if not df.empty else "")]
+    names = df["testbed"].fillna("none").astype(str)
+    for name in sorted(names.unique(), key=lambda n: (n != "none", n)):
+        bed, column = _testbed_label(name)
+        out.append((EMULATED_03, df[names == name], src, bed, column))
     return out
+
+
+def _ratio(part: pd.DataFrame, strategy: str, workers: int) -> tuple[str, float] | None:
+    """Compute / communication seconds per step of `strategy` at `workers` (medians over runs):
+    the ratio that sets whether adding workers pays on this testbed."""
+    cell = part[(part["strategy"] == strategy) & (part["workers"] == workers)]
+    if cell.empty or not {"compute_s", "comm_s"} <= set(cell):
+        return None
+    comp, comm = float(cell["compute_s"].median()), float(cell["comm_s"].median())
+    if not comm > 0:
+        return None
+    return (f"{strategy} compute / communication per step at {workers} workers", comp / comm)
 
 
 def _scaling(rec: Records, strategy: str, lo_of: str) -> list[Measurement]:
     """Per model and section: images/sec at the top worker count over `lo_of` ('1': the
     1-worker cell times N; 'half': the cell at half the top count), one value per run."""
     rows = []
-    for ch, df, src, bed in _sections(rec):
+    for ch, df, src, bed, col in _sections(rec):
         need = f"{strategy} at 1 and >= 2 worker counts"
         if df.empty or not {"strategy", "workers", RATE} <= set(df):
             rows.append(Measurement(f"{ch}", missing=rec.missing(ch, need), chapter=ch,
@@ -70,7 +106,7 @@ def _scaling(rec: Records, strategy: str, lo_of: str) -> list[Measurement]:
                      if lo_of == "1" else
                      f"{model}: {strategy} images/sec at {top} workers / at {lo}")
             rows.append(Measurement(label, vals, source=rec.source(ch, src), testbed=bed,
-                                    chapter=ch))
+                                    chapter=ch, column=col, ratio=_ratio(part, strategy, top)))
     return rows
 
 
@@ -86,7 +122,7 @@ def _ring_scales_better(rec: Records) -> list[Measurement]:
     """Per model: (ring top / ring half-top) / (PS top / PS half-top), per run; both baselines
     are cells where the strategy communicates (>= 2 workers at 4-6)."""
     rows = []
-    for ch, df, src, bed in _sections(rec):
+    for ch, df, src, bed, col in _sections(rec):
         need = "ps_sync and allreduce at the top and half the top worker count (>= 2)"
         if df.empty or not {"strategy", "workers", RATE} <= set(df):
             rows.append(Measurement(ch, missing=rec.missing(ch, need), chapter=ch, testbed=bed))
@@ -103,7 +139,8 @@ def _ring_scales_better(rec: Records) -> list[Measurement]:
             vals = per_run(lambda rt, rh, pt, ph: (rt / rh) / (pt / ph), *cells)
             rows.append(Measurement(f"{model}: ring gain {half}->{top} workers / PS gain "
                                     f"{half}->{top}", vals, source=rec.source(ch, src),
-                                    testbed=bed, chapter=ch))
+                                    testbed=bed, chapter=ch, column=col,
+                                    ratio=_ratio(part, RING, top)))
     return rows
 
 

@@ -153,6 +153,22 @@ def rules(min_runs: int | None = None) -> str:
         "command would). *Paper*: the number the paper states, with the accepted margins.")
 
 
+COLUMN_WORDS = {"reproduction": "reproduction (the paper's testbed)",
+                "update": "update (today's hardware)"}
+
+
+def _testbed_cell(row: pd.Series) -> str:
+    """The testbed, labelled with its column (reproduction / update) and, where the two
+    columns disagree, the ratio that flipped the verdict."""
+    cell = html.escape(text(row.get("testbed")) or DASH)
+    column = COLUMN_WORDS.get(text(row.get("column")), "")
+    if column:
+        cell = f"<b>{html.escape(column)}</b>: {cell}"
+    if flipped := text(row.get("flipped_by")):
+        cell += f"<br><small>verdicts differ between the columns: {html.escape(flipped)}</small>"
+    return cell
+
+
 def claims_html(df: pd.DataFrame, papers: list[str] | None = None) -> str:
     """Per paper a compact table, the quote, conditions and reasoning folded under each row."""
     defs = _claim_defs()
@@ -191,7 +207,7 @@ def claims_html(df: pd.DataFrame, papers: list[str] | None = None) -> str:
                 f'<tr class="claim-row" id="claim-{i}"><td>{what}</td>'
                 f"<td>{html.escape(papers_number(row, claim))}</td>"
                 f"<td>{html.escape(ours(row))}</td>"
-                f"<td>{html.escape(text(row.get('testbed')) or DASH)}</td>"
+                f"<td>{_testbed_cell(row)}</td>"
                 f"<td>{source}</td>"
                 f"<td>{badge(int(i), row.get('verdict'))}</td></tr>"
                 f'<tr class="claim-details"><td colspan="6"><details><summary>quote and '
