@@ -151,9 +151,10 @@ def test_a_claim_is_decided_in_two_columns_and_names_the_ratio_that_flipped_it(t
     from ddlstudy.claims.base import EMULATED_03, REPRODUCTION, UPDATE
 
     folders = engine.chapter_folders(["03_ps_vs_ring"], [], ["resnet50"])
-    assert f"{EMULATED_03}-shi2019-resnet50" in folders[EMULATED_03]
+    assert "03_ps_vs_ring-testbed-shi2019-resnet50" in folders[EMULATED_03]
     for name, rows in ((f"{EMULATED_03}-resnet50", _grid("none", 1000, 1000, 2.8, 13.0)),
-                       (f"{EMULATED_03}-shi2019-resnet50", _grid("shi2019", 50, 291, 13, 1.0))):
+                       ("03_ps_vs_ring-testbed-shi2019-resnet50",
+                        _grid("shi2019", 50, 291, 13, 1.0))):
         (tmp_path / name).mkdir()
         pd.DataFrame(rows).to_csv(tmp_path / name / "summary.csv", index=False)
     claim = next(c for c in engine.CLAIMS if c.id == "shi_ring_proportional")

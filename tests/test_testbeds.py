@@ -256,7 +256,7 @@ def test_chapter03_runs_its_grid_on_a_named_testbed(own_profiles):
     assert (c.shape, c.batch_size, c.replay_source, c.compute) == (
         "imagenet", 32, "testbed-shi2019", "replay")
     assert p.T.network == "shi2019" and p.gpus_per_node == 1 and p.latency
-    assert p.reference_name == "03_ps_vs_ring-emulated-shi2019-resnet50"
+    assert p.reference_name == "03_ps_vs_ring-testbed-shi2019-resnet50"
     assert p.name == "03_ps_vs_ring-emulated-resnet50"  # the report runner's folder
     assert p.meta()["testbed"] == "shi2019"
     plain = ch03.plan(StudyParams.model_validate({"training": {"models": ["resnet50"]}}),

@@ -50,10 +50,11 @@ class Plan:
     @property
     def reference_name(self) -> str:
         """The folder in results/reference holding this grid's cells: a testbed's grid sits
-        beside the study's own (`03_ps_vs_ring-emulated-<testbed>-<model>`)."""
+        beside the study's own (`03_ps_vs_ring-testbed-<testbed>-<model>`: not under
+        `03_ps_vs_ring-emulated-*`, which holds the study's own settings)."""
         if self.testbed is None:
             return self.name
-        return f"{CHAPTER}-emulated-{self.testbed.name}-{self.model}"
+        return f"{CHAPTER}-testbed-{self.testbed.name}-{self.model}"
 
     @property
     def notice(self) -> str:

@@ -51,15 +51,16 @@ def chapter_folders(chapters: Sequence[str], models: Sequence[str],
                     emulated_models: Sequence[str] = ()) -> Folders:
     """chapter -> the folders this parameter set writes (chapter 03: one per model; its
     emulated section, one per `network.chapter03_models`, under EMULATED_03, plus the folders
-    results/reference keeps a testbed's grid in, `<EMULATED_03>-<testbed>-<model>` for every
-    testbed of the catalog: read where present)."""
+    results/reference keeps a testbed's grid in, `03_ps_vs_ring-testbed-<testbed>-<model>` for
+    every testbed of the catalog: read where present)."""
     folders = {ch: ([f"{ch}-{m}" for m in models] if ch == "03_ps_vs_ring" else [ch])
                for ch in chapters}
     if "03_ps_vs_ring" in chapters and emulated_models:
         from ddlstudy.testbeds import catalog
 
         folders[EMULATED_03] = [f"{EMULATED_03}-{m}" for m in emulated_models] + [
-            f"{EMULATED_03}-{tb}-{m}" for tb in catalog.names() for m in emulated_models]
+            f"03_ps_vs_ring-testbed-{tb}-{m}" for tb in catalog.names()
+            for m in emulated_models]
     return folders
 
 
