@@ -290,6 +290,8 @@ class CollectivesParams(_Section):
     @field_validator("algorithms")
     @classmethod
     def _algorithms(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one algorithm, e.g. [ring, tree]")
         return _known(v, ALGORITHM_NAMES, "algorithm")
 
     @model_validator(mode="after")
@@ -657,6 +659,8 @@ class FaultsParams(_Section):
 
     @model_validator(mode="after")
     def _fits(self) -> FaultsParams:
+        if not self.strategies:
+            raise ValueError("name at least one strategy, e.g. [allreduce, ps_sync]")
         if self.fail_worker >= self.workers:
             raise ValueError(f"fail_worker {self.fail_worker} must be a worker rank "
                              f"0..{self.workers - 1}")
@@ -759,6 +763,8 @@ class ReportParams(_Section):
     @field_validator("chapters")
     @classmethod
     def _chapters(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one chapter, e.g. [00_background]")
         return _known(v, CHAPTERS, "chapter")
 
 
