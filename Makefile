@@ -25,7 +25,6 @@ $(STAMP): pyproject.toml constraints.txt scripts/build_horovod.sh
 	$(PY) -m pip check
 	scripts/build_horovod.sh $(VENV)  # Horovod 0.28.1 from source, once; the wheel is cached in ~/.cache/ddlstudy/wheels
 	$(PY) -m ddlstudy.cluster.loopback >/dev/null  # the shim that keeps TF's gRPC servers on loopback (cc), into ~/.cache/ddlstudy
-	$(PY) -m ddlstudy.cluster.loopback >/dev/null  # the shim that keeps TF's gRPC servers on loopback (cc), into ~/.cache/ddlstudy
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "ddlstudy (.venv)" >/dev/null
 	touch $(STAMP)
 
