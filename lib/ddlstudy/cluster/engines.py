@@ -658,8 +658,10 @@ class Cluster:
         for rank in self.dead_ranks(world):
             if rank in ignore:
                 continue
-            how = ("the controller lost its heartbeat" if self._unregistered(rank)
-                   else "its process is gone")
+            info = self.infos[rank]
+            gone = info.get("host") == socket.gethostname() and not _alive(int(info["pid"]))
+            how = ("its process is gone" if gone else
+                   "the controller dropped it: its nanny's report or a lost heartbeat")
             return (f"rank {rank} ({self._engine_name(rank)}) died ({how}); its peers are "
                     "stopped with the cluster")
         return None
