@@ -87,8 +87,37 @@ def test_counted_bytes_without_spread_are_set_by_the_algorithm(tmp_path: Path, r
 
 
 def test_claims_say_bytes_are_set_by_the_algorithm() -> None:
-    for c in beyond.CLAIMS:
+    for c in beyond.CLAIMS[:3]:  # the ZeRO byte counts
         assert "set by the algorithm" in c.conditions and "implementation" in c.conditions
         assert c.reads == ((CH, "comparison"),) and c.paper in engine.PAPERS
     assert CLAIM["zero_stage1_same_volume"].margin_low == 0.98
     assert CLAIM["zero_stage3_1_5x_volume"].margin_low == pytest.approx(1.35)
+
+
+def _accuracy(tmp: Path, ratio: float, spread: list[float]) -> Path:
+    rows = []
+    for seed, f in enumerate(spread):
+        rows.append({"strategy": "ddp", "seed": seed, "model": "mlp", "dataset": "digits",
+                     "test_accuracy": 0.9})
+        rows.append({"strategy": "ddp_powersgd1", "seed": seed, "model": "mlp",
+                     "dataset": "digits", "test_accuracy": 0.9 * ratio * f})
+    (tmp / CH).mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(tmp / CH / "accuracy.csv", index=False)
+    return tmp
+
+
+@pytest.mark.parametrize(("ratio", "spread", "verdict"), [
+    (1.0, NOISE, engine.AGREES), (0.9, NOISE, engine.DIFFERS),
+    (1.0, WIDE, engine.INCONCLUSIVE)])
+def test_powersgd_on_par_follows_the_seeds(tmp_path: Path, ratio: float, spread: list[float],
+                                           verdict: str) -> None:
+    claim = next(c for c in beyond.CLAIMS if c.id == "powersgd_accuracy_on_par")
+    row = engine.evaluate(claim, _accuracy(tmp_path, ratio, spread), FOLDERS)[0]
+    assert row["verdict"] == verdict, row["reason"]
+    assert "ddp_powersgd1 / ddp" in row["quantity"] and row["paper"] == "Vogels 2019"
+
+
+def test_powersgd_without_accuracy_runs_is_not_measured(tmp_path: Path) -> None:
+    claim = next(c for c in beyond.CLAIMS if c.id == "powersgd_accuracy_on_par")
+    row = engine.evaluate(claim, tmp_path, {})[0]
+    assert row["verdict"] == engine.NOT_MEASURED and "11_beyond" in row["reason"]
