@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 LOG = REPO / "outputs" / "multihost" / "test_multihost.log"
 # The namespace tests take over 3 minutes here (4.8 min, cores shared): slow as well;
 # `pytest -m multihost` runs them. The settings' unit tests at the end run everywhere.
-HEAVY = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
+HEAVY = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def heavy(fn: Any) -> Any:
@@ -214,6 +216,31 @@ def _settled(hosts: Any) -> list[set[int]]:
 
 
 @heavy
+def test_dead_engine_on_another_host_is_noticed(hosts: Any, ssh_cluster: Any) -> None:
+    """An engine SIGKILLed on h2 (not the driver's host: no local pid to look at) is named as
+    dead through the controller (its nanny's report or the lost heartbeat), not after the
+    collective timeout."""
+    import signal
+
+    from ddlstudy.cluster.engines import RankFailed
+    from ddlstudy.cluster.launchers import HEARTBEAT_MISSES, HEARTBEAT_MS
+
+    victim = ssh_cluster.info()[3]
+    assert victim["host"] == "h2" and victim["pid"] in hosts.processes(2)
+    pending = ssh_cluster.submit(time.sleep, 20, world_size=4)
+    time.sleep(1.0)
+    os.kill(victim["pid"], signal.SIGKILL)  # namespaces share the pid space: root sees it
+    t0 = time.monotonic()
+    with pytest.raises(RankFailed, match="rank 3") as err:
+        ssh_cluster.wait(pending, timeout=60)
+    took = time.monotonic() - t0
+    log(f"engine of rank 3 (pid {victim['pid']} on h2) killed: noticed in {took:.1f} s: "
+        f"{err.value}")
+    assert took < HEARTBEAT_MS / 1000 * HEARTBEAT_MISSES + 15  # the collective timeout is 60 s
+    assert ssh_cluster.dead_ranks() == [3]
+
+
+@heavy
 def test_stop_leaves_no_process_on_any_host(hosts: Any, ssh_cluster: Any) -> None:
     t0 = time.monotonic()
     ssh_cluster.stop()
@@ -243,7 +270,9 @@ def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
            "--ssh-args", f"-F {hosts.ssh_config}", "--check", "--sizes", "8,65536",
            "--iters", "3"]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+    # (ipyparallel's SSH launcher stops each engine through several ssh round trips, each a
+    # remote Python: minutes on a host at load 30)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "IPYTHONDIR": os.environ["IPYTHONDIR"]})
     log(f"cli check ({time.monotonic() - t0:.1f} s, rc {proc.returncode}):\n{proc.stdout}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -254,6 +283,70 @@ def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
     start = next(i for i, line in enumerate(lines) if line.startswith("ping-pong"))
     peers = [int(line.split()[0]) for line in lines[start + 2:] if line.strip()]
     assert sorted(set(peers)) == [1, 2, 3]
+    left = _settled(hosts)
+    assert not any(left), f"processes left on the hosts: {_describe(left)}"
+
+
+def _ssh_flags(hosts: Any, slots: str) -> list[str]:
+    return ["--launcher", "ssh", "--hosts", slots, "--ifname", hosts.ifname,
+            "--controller-ip", hosts.bridge_ip, "--ssh-args", f"-F {hosts.ssh_config}"]
+
+
+@heavy
+def test_train_cli_across_hosts_with_a_remote_root(hosts: Any, local_cluster: Any,
+                                                   tmp_path: Path) -> None:
+    """`python -m ddlstudy.train --launcher ssh --hosts ...`: the engines work in --remote-root
+    (another folder than the driver's checkout), the driver's absolute --data-root under its
+    checkout reaches them as `data`, resolved there; losses as a local run's."""
+    from ddlstudy.train.trainer import TrainConfig, train
+
+    node_root = tmp_path / "node-checkout"
+    shutil.copytree(REPO / "data" / "fashion_mnist", node_root / "data" / "fashion_mnist")
+    out = tmp_path / "out"
+    run = dict(model="mlp", dataset="fashion_mnist", batch_size=8, steps=3, warmup_steps=1)
+    cmd = [sys.executable, "-m", "ddlstudy.train", *_ssh_flags(hosts, "h0:2,h1:2"),
+           "--remote-root", str(node_root), "--strategy", "allreduce", "--algorithm", "ring",
+           "--workers", "4", "--model", run["model"], "--dataset", run["dataset"],
+           "--data-root", str(REPO / "data"), "--batch-size", str(run["batch_size"]),
+           "--steps", str(run["steps"]), "--warmup-steps", str(run["warmup_steps"]),
+           "--no-eval", "--no-progress", "--out", str(out)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    log(f"train cli ({time.monotonic() - t0:.1f} s, rc {proc.returncode}):\n{proc.stdout}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Launcher: ssh, ranks on hosts 0:h0, 1:h0, 2:h1, 3:h1" in proc.stdout
+    assert f"engines work in {node_root}" in proc.stdout
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["params"]["data_root"] == "data"  # relative: resolved on each engine
+    import pandas as pd
+
+    steps = pd.read_csv(out / "steps.csv").sort_values(["step", "rank"])
+    remote = [float(x) for x in steps["loss"]]
+    local = _losses(train(local_cluster, TrainConfig(
+        strategy="allreduce", algorithm="ring", workers=4, eval=False,
+        data_root=str(REPO / "data"), **run), progress=False))
+    log(f"train cli losses {remote[:4]}... vs local {local[:4]}...")
+    assert _close(remote, local), f"remote {remote} vs local {local}"
+    left = _settled(hosts)
+    assert not any(left), f"processes left on the hosts: {_describe(left)}"
+
+
+@heavy
+def test_engine_of_another_ddlstudy_is_refused(hosts: Any, tmp_path: Path) -> None:
+    """An engine importing another ddlstudy (a copied checkout on PYTHONPATH whose version
+    differs) is refused at connect with one line, and nothing is left on the host."""
+    copy = tmp_path / "other-checkout"
+    shutil.copytree(REPO / "lib", copy / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    init = copy / "lib" / "ddlstudy" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "0.0.0+copy-'))
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.cluster", *_ssh_flags(hosts, "h1:1"),
+                           "--env", f"PYTHONPATH={copy / 'lib'}"],
+                          capture_output=True, text=True, timeout=900)
+    log(f"other ddlstudy on h1: rc {proc.returncode}: {proc.stderr.strip()}")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "rank 0 on h1 runs ddlstudy 0.0.0+copy-" in proc.stderr
+    assert str(copy) in proc.stderr  # the engine's checkout is named
     left = _settled(hosts)
     assert not any(left), f"processes left on the hosts: {_describe(left)}"
 
@@ -334,3 +427,64 @@ def test_ssh_settings_become_ipyparallel_config() -> None:
     assert ipp["engine_launcher_class"] is MPIEngineSetLauncher
     assert args[:2] == ["--host", "n1:2,n2:2"] and "GLOO_SOCKET_IFNAME" in args
     assert ClusterParams().launch_spec().cluster_kwargs("/x") == {}  # local: as before
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--launcher", "ssh", "--hosts", "h0:two", "--ifname", "lo"], "bad slot count"),
+    (["--launcher", "ssh", "--hosts", "h0:1", "--ifname", "lo", "--controller-ip", "10.0.0.1"],
+     "needs 2 engines"),
+    (["--launcher", "mpi", "--hosts", "h0:2", "--ifname", "lo", "--network", "1GbE"],
+     "cannot use --launcher mpi"),
+    (["--launcher", "ssh", "--hosts", "h0:2", "--ifname", "lo", "--controller-ip", "10.0.0.1",
+      "--remote-root", "rel/dir"], "not an absolute path"),
+    (["--hosts", "h0:2"], "only apply to the ssh, slurm and mpi"),
+    (["--launcher", "ssh", "--hosts", "h0:2", "--ifname", "lo", "--controller-ip", "10.0.0.1",
+      "--env", "NOVALUE"], "write NAME=VALUE"),
+], ids=["slots", "too-few", "network", "remote-root", "local-hosts", "env"])
+def test_train_launch_flags_checked_through_params(args: list[str], needle: str) -> None:
+    from ddlstudy.cli.train import _parser, check_launch_args, config_from_args
+
+    parsed = _parser().parse_args(["--workers", "2", "--steps", "1", *args])
+    config = config_from_args(parsed, strategy=parsed.strategy, algorithm=parsed.algorithm)
+    launch, _, problem = check_launch_args(parsed, config)
+    assert launch is None and problem is not None and needle in problem, problem
+    assert "\n" not in problem
+
+
+def test_train_cli_refuses_bad_launch_flags_before_starting(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.train", "--workers", "2", "--steps",
+                           "1", "--out", str(out), "--launcher", "ssh", "--hosts", "h0:two",
+                           "--ifname", "lo"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "bad slot count" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not out.exists()  # refused before anything started: no folder left
+
+
+def test_paths_sent_to_remote_engines() -> None:
+    from ddlstudy.cluster.launchers import LaunchSpec, launch_spec
+
+    spec = launch_spec("ssh", "n1:2", "lo", "10.1.2.3", remote_root="/opt/ddlstudy")
+    root = Path("/home/me/ddlstudy")
+    assert spec.engine_path("/home/me/ddlstudy/data", root) == "data"
+    assert spec.engine_path("data/mnist", root) == "data/mnist"
+    assert spec.engine_path("/shared/datasets", root) == "/shared/datasets"
+    assert LaunchSpec().engine_path("/home/me/ddlstudy/data", root) == "/home/me/ddlstudy/data"
+    env = spec.cluster_kwargs("/x")["config"].SSHEngineSetLauncher.environment
+    assert env["DDLSTUDY_REMOTE_ROOT"] == "/opt/ddlstudy"
+
+
+def test_mpi_settings_reach_remote_ranks() -> None:
+    """Open MPI passes remote ranks only -x variables: ipyparallel's cluster id and profile dir
+    must be among them, and ssh_args become the daemons' ssh."""
+    from ddlstudy.cluster.launchers import launch_spec
+
+    spec = launch_spec("mpi", "n1:2,n2:2", "ib0", "10.1.2.3", ssh_args=["-F", "/tmp/cfg"])
+    kwargs = spec.cluster_kwargs("/repo/.ipython")
+    args = kwargs["config"].MPIEngineSetLauncher.mpi_args
+    exported = {args[i + 1] for i, a in enumerate(args) if a == "-x"}
+    assert {"IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPYTHONDIR", "GLOO_SOCKET_IFNAME"} <= exported
+    assert args[args.index("plm_rsh_agent") + 1] == "ssh -F /tmp/cfg"
+    assert args[args.index("oob_tcp_if_include") + 1] == "ib0"
+    assert "--ping=1000" in kwargs["controller_args"]
