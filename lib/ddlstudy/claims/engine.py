@@ -43,7 +43,8 @@ PAPERS = ["Shi 2019", "Fourie 2019", "Malik 2018", "Pani", "Wang (NCHC)", "Rajbh
           "Vogels 2019"]
 COLUMNS = ["paper", "claim_id", "claim", "quote", "location", "conditions", "quantity", "value",
            "ci_low", "ci_high", "no_effect", "margin_low", "margin_high", "runs", "method",
-           "testbed", "source", "verdict", "reason", "chapter"]
+           "testbed", "source", "verdict", "reason", "chapter", "column", "ratio_what",
+           "ratio", "flipped_by"]
 AGREES, DIFFERS, INCONCLUSIVE = inference.AGREES, inference.DIFFERS, inference.INCONCLUSIVE
 DECIDED = (AGREES, DIFFERS)
 
