@@ -99,3 +99,18 @@ def test_a_dead_engine_is_named_at_once() -> None:
         with pytest.raises(cl.RankFailed, match=named):
             c._wait_all(pending, 60)
         assert time.monotonic() - t0 < 5  # not after rank 0's 30 s, not after the timeout
+
+
+def test_a_chapter_grid_sends_remote_engines_a_relative_data_root(tmp_path, repo_root) -> None:
+    """Chapters' grids (experiments.grid.base_config) give engines on other hosts the data root
+    relative to their own checkout, a local cluster the driver's absolute path (issue 22)."""
+    from ddlstudy.config.params import load_params
+    from ddlstudy.experiments.grid import base_config
+
+    default = repo_root / "params/default.yaml"
+    local = base_config(load_params(default), "mlp").data_root
+    assert local == str(repo_root / "data")
+    layer = tmp_path / "ssh.yaml"
+    layer.write_text("cluster:\n  launcher: ssh\n  hosts: ['h0:2', 'h1:3']\n  ifname: lo\n"
+                     "  controller_ip: 10.0.0.1\n")
+    assert base_config(load_params(default, layer), "mlp").data_root == "data"

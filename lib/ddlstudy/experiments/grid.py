@@ -288,10 +288,14 @@ def base_config(params: Any, model: str, training: Any = None, **overrides: Any)
     """The TrainConfig a chapter's grid starts from: training params (or `training`, a validated
     TrainingParams with notebook overrides) plus the study's seed and data root."""
     t = training or params.training
+    # Engines launched on other hosts get the data root as they resolve it (relative to their
+    # own checkout / cluster.remote_root), not the driver's absolute path.
+    data_root = params.cluster.launch_spec().engine_path(str(params.data.path()),
+                                                       records.project_root())
     fields = dict(model=model, shape=t.shape, dataset=t.dataset, algorithm=t.algorithm,
                   batch_size=t.batch_size, steps=t.steps, warmup_steps=t.warmup_steps, lr=t.lr,
                   bucket_mb=t.bucket_mb, overlap=t.overlap, seed=params.seed,
-                  data_root=str(params.data.path()), verify_data=params.data.verify,
+                  data_root=data_root, verify_data=params.data.verify,
                   compute=t.compute,
                   replay_source=t.replay_source)
     return TrainConfig(**{**fields, **overrides})
