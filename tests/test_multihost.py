@@ -299,7 +299,9 @@ def test_train_cli_across_hosts_with_a_remote_root(hosts: Any, local_cluster: An
     (another folder than the driver's checkout), the driver's absolute --data-root under its
     checkout reaches them as `data`, resolved there; losses as a local run's."""
     from ddlstudy.train.trainer import TrainConfig, train
+    from ddlstudy.workload.data import fetch_fashion_mnist
 
+    fetch_fashion_mnist(REPO / "data")  # a fresh clone has no data/: Debian's package, verified
     node_root = tmp_path / "node-checkout"
     shutil.copytree(REPO / "data" / "fashion_mnist", node_root / "data" / "fashion_mnist")
     out = tmp_path / "out"
