@@ -266,3 +266,23 @@ def test_tf_on_emulated_links_with_replay(strategy: str) -> None:
     assert row["bytes_sent_per_step"] >= _payload(res), row
     if strategy == "tf_ps_sync":  # the server receives N pushes and sends N pulls per step
         assert row["wire_server_bytes_recv_per_step"] >= 2 * _payload(res), row
+
+
+def test_horovod_timeline_comes_back_from_the_engines(tmp_path) -> None:
+    """Chapter 07's timeline: rank 0 writes it in its own temporary folder (no driver path
+    reaches an engine) and the driver gets its events back through the engines; the engines'
+    files are gone afterwards."""
+    _needs("horovod")
+    _emulation()
+    import glob
+    import tempfile
+
+    from ddlstudy.experiments import timeline
+
+    config = TrainConfig(**{**TINY, "strategy": "horovod", "dtype": "float32"})
+    before = set(glob.glob(f"{tempfile.gettempdir()}/ddlstudy-hvd-timeline-*"))
+    events = timeline.record(config, "10GbE", tmp_path, scale=0.01, collective_timeout_s=120)
+    assert not events.empty and set(timeline.COLUMNS) <= set(events)
+    assert (events["phase"] == "ALLREDUCE").any(), events["phase"].unique()
+    assert (tmp_path / "horovod_timeline.json").stat().st_size > 0
+    assert set(glob.glob(f"{tempfile.gettempdir()}/ddlstudy-hvd-timeline-*")) <= before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +20,30 @@ import pandas as pd
 COLUMNS = ["tensor", "phase", "depth", "start_s", "end_s", "duration_s"]
 
 
-def _set_timeline(path: str) -> int:
-    """Engine side: HOROVOD_TIMELINE for the next hvd.init() of this engine (rank 0 writes)."""
+def _set_timeline(name: str) -> str:
+    """Engine side: HOROVOD_TIMELINE for the next hvd.init() of this engine (rank 0 writes),
+    in the engine's own temporary folder: an engine on another host never gets a driver path.
+    Returns the path it set."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), name)
+    if os.path.exists(path):
+        os.unlink(path)
     os.environ["HOROVOD_TIMELINE"] = path
     os.environ["HOROVOD_TIMELINE_MARK_CYCLES"] = "0"
-    return os.getpid()
+    return path
 
 
-def _clear_timeline() -> None:
-    os.environ.pop("HOROVOD_TIMELINE", None)
+def _take_timeline() -> str:
+    """Engine side: the timeline's text ('' where this engine wrote none), its file removed and
+    HOROVOD_TIMELINE unset, so the driver gets the events whatever host the engine is on."""
+    path = os.environ.pop("HOROVOD_TIMELINE", None)
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    os.unlink(path)
+    return text
 
 
 def record(config: Any, profile: str, out: Path, *, scale: float | None = None,
@@ -46,11 +62,13 @@ def record(config: Any, profile: str, out: Path, *, scale: float | None = None,
     with grid.emulated_cluster(profile, config.world_size, scale, offload_off=offload_off,
                                **cluster_kwargs) as cluster:
         cell = grid.dilate([config], cluster)[0]
-        cluster.run(_set_timeline, str(path), world_size=cell.world_size, timeout=60)
+        name = f"ddlstudy-hvd-timeline-{os.getpid()}-{time.time_ns()}.json"
+        cluster.run(_set_timeline, name, world_size=cell.world_size, timeout=60)
         try:
             train(cluster, cell, out_dir=out / "run", progress=False)
         finally:
-            cluster.run(_clear_timeline, world_size=cell.world_size, timeout=60)
+            texts = cluster.run(_take_timeline, world_size=cell.world_size, timeout=60)
+            path.write_text(next((t for t in texts if t), ""), encoding="utf-8")
     return load(path)
 
 
