@@ -21,16 +21,8 @@ import math
 
 import pandas as pd
 
-from ddlstudy.claims.base import (
-    TESTBED_EMULATED,
-    TESTBED_HOST,
-    Claim,
-    Measurement,
-    Records,
-    per_run,
-    runs,
-)
-from ddlstudy.claims.registry import register_claim
+from ddlstudy import claims
+from ddlstudy.claims import Claim, Measurement, Records, per_run, register_claim, runs
 
 PAPER = "Rajbhandari 2020"
 CH11 = "11_beyond"
@@ -46,7 +38,7 @@ SRC = "bytes counted by ddlstudy's Comm per worker per step (chapter 11)"
 
 def _testbed(df: pd.DataFrame) -> str:
     net = str(df["network"].iloc[0]) if "network" in df and len(df) else "none"
-    return TESTBED_HOST if net in ("none", "loopback", "nan") else TESTBED_EMULATED
+    return claims.TESTBED_HOST if net in ("none", "loopback", "nan") else claims.TESTBED_EMULATED
 
 
 def _ratio(strategy: str, low: float, high: float):  # noqa: ANN202 - a claim's measure
@@ -102,11 +94,11 @@ def _on_par(rec: Records) -> list[Measurement]:
         a = runs(df, ACC, key="seed", strategy=strategy)
         if base.empty or a.empty:
             rows.append(Measurement(label, missing=rec.missing(CH11, need), chapter=CH11,
-                                    testbed=TESTBED_HOST))
+                                    testbed=claims.TESTBED_HOST))
             continue
         rows.append(Measurement(label, per_run(lambda x, y: x / y, a, base),
                                 source=rec.source(CH11, "chapter 11's accuracy runs"),
-                                testbed=TESTBED_HOST, chapter=CH11))
+                                testbed=claims.TESTBED_HOST, chapter=CH11))
     return rows or [Measurement("PowerSGD / DDP", missing=rec.missing(CH11, need),
                                 chapter=CH11)]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddlstudy.claims.base import TESTBED_HOST, Claim, Measurement, Records, per_run, side
-from ddlstudy.claims.registry import register_claim
+from ddlstudy import claims
+from ddlstudy.claims import Claim, Measurement, Records, per_run, register_claim, side
 
 PAPER = "Fourie 2019"
 CONDITIONS = "MPI over cluster nodes, up to 80 processes, MNIST-style data parallel training"
@@ -53,7 +53,7 @@ def _tree_scales_worse(rec: Records) -> list[Measurement]:
                    best(trees, lo), best(rings, hi), best(rings, lo))
     size = int(at["size_bytes"].iloc[0])
     return [Measurement(f"{size} B: tree/butterfly time growth {lo}->{hi} ranks / ring's",
-                        vals, chapter=CH02, testbed=TESTBED_HOST,
+                        vals, chapter=CH02, testbed=claims.TESTBED_HOST,
                         source="measured (in-process ranks on one host, gloo/torch)")]
 
 
@@ -67,7 +67,7 @@ def _accuracy_gap(rec: Records) -> list[Measurement]:
     vals = per_run(lambda r, t: r / t, _best(df, rings, "test_accuracy", "max", "seed"),
                    _best(df, trees, "test_accuracy", "max", "seed"))
     return [Measurement("best ring-based / best tree-based final test accuracy (per seed)",
-                        vals, chapter=CH08, testbed=TESTBED_HOST,
+                        vals, chapter=CH08, testbed=claims.TESTBED_HOST,
                         source=rec.source(CH08, "measured (real training, one host, float32)"))]
 
 
@@ -80,7 +80,7 @@ def _drift(rec: Records) -> list[Measurement]:
     trials = df.assign(trial=df["trial"] if "trial" in df else 0).groupby("trial")
     vals = tuple(float(v) for v in trials["max_rel_err"].max() / GAP if v > 0)
     return [Measurement("largest float32 summation-order error / 0.07 (per seeded trial)",
-                        vals, chapter=CH00, testbed=TESTBED_HOST,
+                        vals, chapter=CH00, testbed=claims.TESTBED_HOST,
                         source="measured (in-process ranks, seeded data)")]
 
 

@@ -5,17 +5,8 @@ EDR, ImageNet or synthetic data, batch 64-512."""
 
 from __future__ import annotations
 
-from ddlstudy.claims.base import (
-    EMULATED_03,
-    TESTBED_EMULATED,
-    Claim,
-    Measurement,
-    Records,
-    per_run,
-    runs,
-    side,
-)
-from ddlstudy.claims.registry import register_claim
+from ddlstudy import claims
+from ddlstudy.claims import Claim, Measurement, Records, per_run, register_claim, runs, side
 
 PAPER = "Malik 2018"
 CONDITIONS = ("BNL HPC1 / Institutional Cluster, K20-P100 GPUs, InfiniBand EDR, TensorFlow + "
@@ -75,19 +66,19 @@ def _batch(model: str):  # noqa: ANN202 - a measure function
 def _comm_share(rec: Records) -> list[Measurement]:
     """Chapter 03 (emulated section): AlexNet's PS step spent communicating, at the top worker
     count: comm_s / (comm_s + compute_s), per run."""
-    df = rec.table(EMULATED_03, "summary")
+    df = rec.table(claims.EMULATED_03, "summary")
     need = "ps_sync with alexnet in network.chapter03_models"
     part = df[(df["model"] == "alexnet") & (df["strategy"] == PS)] if "model" in df else df
     if part.empty or not {"comm_s", "compute_s"} <= set(part):
-        return [Measurement("alexnet", missing=rec.missing(EMULATED_03, need),
-                            chapter=EMULATED_03)]
+        return [Measurement("alexnet", missing=rec.missing(claims.EMULATED_03, need),
+                            chapter=claims.EMULATED_03)]
     top = int(part["workers"].max())
     vals = per_run(lambda c, k: c / (c + k), runs(part, "comm_s", workers=top),
                    runs(part, "compute_s", workers=top))
     return [Measurement(f"alexnet: PS share of the step spent communicating at {top} workers",
-                        vals, chapter=EMULATED_03, testbed=TESTBED_EMULATED,
-                        source=rec.source(EMULATED_03, "emulated (10GbE-like links, ddlstudy "
-                                          "PS, H100 compute replayed)"))]
+                        vals, chapter=claims.EMULATED_03, testbed=claims.TESTBED_EMULATED,
+                        source=rec.source(claims.EMULATED_03, "emulated (10GbE-like links, "
+                                          "ddlstudy PS, H100 compute replayed)"))]
 
 
 def _linear(model: str, name: str) -> Claim:
@@ -145,7 +136,7 @@ CLAIMS = [
           "count",
           "direction", 0.5, *side(0.5),
           "'the main bottleneck' = communication takes most of the step: share above 0.5",
-          ((EMULATED_03, "summary"),), _comm_share),
+          ((claims.EMULATED_03, "summary"),), _comm_share),
 ]
 
 for _claim in CLAIMS:

@@ -6,18 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddlstudy.claims.base import (
-    EMULATED_03,
-    TESTBED_EMULATED,
-    TESTBED_HOST,
-    Claim,
-    Measurement,
-    Records,
-    per_run,
-    runs,
-    side,
-)
-from ddlstudy.claims.registry import register_claim
+from ddlstudy import claims
+from ddlstudy.claims import Claim, Measurement, Records, per_run, register_claim, runs, side
 
 PAPER = "Pani"
 CNN = ("shallow CNN (2 conv + FC 800-500-10), MNIST, batch 32-8192, Xeon Silver 4214 CPU vs "
@@ -49,7 +39,7 @@ def _batch(column: str, what: str):  # noqa: ANN202 - a measure function
                        runs(one, column, "seed", batch_size=lo))
         rule = str(one["lr_rule"].iloc[0]) if "lr_rule" in one else "lr as configured"
         return [Measurement(f"{model}: {what} at batch {hi} / at batch {lo}, 1 worker, same "
-                            f"seed ({rule})", vals, chapter=CH09, testbed=TESTBED_HOST,
+                            f"seed ({rule})", vals, chapter=CH09, testbed=claims.TESTBED_HOST,
                             source=rec.source(CH09, "measured (real training, one host, CPU)"))]
     return measure
 
@@ -58,7 +48,7 @@ def _ratio(rec: Records) -> list[Measurement]:
     """Chapter 03 (each section): ring comm/compute at the top worker count, the least-compute
     model over the most-compute model, per run."""
     rows = []
-    for ch, bed in ((CH03, TESTBED_HOST), (EMULATED_03, TESTBED_EMULATED)):
+    for ch, bed in ((CH03, claims.TESTBED_HOST), (claims.EMULATED_03, claims.TESTBED_EMULATED)):
         df = rec.table(ch, "summary")
         need = "allreduce at > 1 worker for two or more models"
         if df.empty or not {"comm_s", "compute_s", "model"} <= set(df):
@@ -137,7 +127,7 @@ CLAIMS = [
           "direction", 1.0, *side(1.0),
           "'high' set against 'lower' for medium or large networks: the small model's ratio is "
           "above the large model's (ratio of ratios above 1)",
-          ((CH03, "summary"), (EMULATED_03, "summary")), _ratio),
+          ((CH03, "summary"), (claims.EMULATED_03, "summary")), _ratio),
 ]
 
 for _claim in CLAIMS:

@@ -11,26 +11,14 @@ import math
 
 import pandas as pd
 
-from ddlstudy.claims.base import (
-    EMULATED_03,
-    REPRODUCTION,
-    TESTBED_EMULATED,
-    TESTBED_HOST,
-    UPDATE,
-    Claim,
-    Measurement,
-    Records,
-    per_run,
-    runs,
-    side,
-)
-from ddlstudy.claims.registry import register_claim
+from ddlstudy import claims
+from ddlstudy.claims import Claim, Measurement, Records, per_run, register_claim, runs, side
 
 PAPER = "Shi 2019"
 CONDITIONS = ("GCP VMs, 1 PS + 1-6 workers (TF PS) or 1-6 workers (Horovod ring), CIFAR-10, "
               "batch 32 per worker, AlexNet/VGG16/VGG19/ResNet50/ResNet152, CPU nodes")
 CH03 = "03_ps_vs_ring"
-READS_03 = ((CH03, "summary"), (EMULATED_03, "summary"))
+READS_03 = ((CH03, "summary"), (claims.EMULATED_03, "summary"))
 RATE = "images_per_sec"
 RING = "allreduce"
 PS = "ps_sync"
@@ -40,13 +28,14 @@ def _testbed_label(name: str) -> tuple[str, str]:
     """(testbed label, column) of an emulated chapter 03 grid run on testbed `name` ('none':
     the study's own H100 replay, today's device: the update)."""
     if name in ("", "none", "nan"):
-        return TESTBED_EMULATED, UPDATE
+        return claims.TESTBED_EMULATED, claims.UPDATE
     from ddlstudy.testbeds import catalog
 
     tb = catalog.testbed(name)
     link = tb.inter_node
     rate = f"{link.node_rate_bps / 1e9:g} Gb/s" if link.node_rate_bps else link.kind
-    column = REPRODUCTION if tb.paper == PAPER else UPDATE if tb.paper == "today" else ""
+    column = (claims.REPRODUCTION if tb.paper == PAPER
+              else claims.UPDATE if tb.paper == "today" else "")
     return (f"emulated testbed {name}: {tb.device.value} replayed, {rate} links, "
             f"{tb.gpus_per_node.value} GPU(s) per node", column)
 
@@ -56,15 +45,16 @@ def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str, str]]:
     emulated section, one per testbed its cells ran on (column `testbed`; cells without it ran
     the study's own settings: an H100 replayed, today's device)."""
     out = [(CH03, rec.table(CH03, "summary"), "measured on one host (workers share its cores)",
-            TESTBED_HOST, "")]
-    df = rec.table(EMULATED_03, "summary")
+            claims.TESTBED_HOST, "")]
+    df = rec.table(claims.EMULATED_03, "summary")
     src = "emulated (shaped links, replayed compute)"
     if df.empty or "testbed" not in df:
-        return [*out, (EMULATED_03, df, src, TESTBED_EMULATED, UPDATE if not df.empty else "")]
+        return [*out, (claims.EMULATED_03, df, src, claims.TESTBED_EMULATED,
+                       claims.UPDATE if not df.empty else "")]
     names = df["testbed"].fillna("none").astype(str)
     for name in sorted(names.unique(), key=lambda n: (n != "none", n)):
         bed, column = _testbed_label(name)
-        out.append((EMULATED_03, df[names == name], src, bed, column))
+        out.append((claims.EMULATED_03, df[names == name], src, bed, column))
     return out
 
 

@@ -9,8 +9,8 @@ against ddlstudy's `tf_allreduce` (TF MultiWorkerMirrored), never against TF par
 
 from __future__ import annotations
 
-from ddlstudy.claims.base import TESTBED_EMULATED, Claim, Measurement, Records, per_run, runs
-from ddlstudy.claims.registry import register_claim
+from ddlstudy import claims
+from ddlstudy.claims import Claim, Measurement, Records, per_run, register_claim, runs
 
 PAPER = "Wang (NCHC)"
 RESNET = ("ResNet-50, ImageNet (ILSVRC2012), TF CNN benchmark, GPU nodes with up to 8 GPUs, "
@@ -62,7 +62,7 @@ def _efficiency(profile: str):  # noqa: ANN202 - returns a measure function
         vals = per_run(lambda h, lo: h / (top * lo), runs(part, "images_per_sec", workers=top),
                        runs(part, "images_per_sec", workers=1))
         return [Measurement(f"{profile}-like links: ring efficiency at {top} workers (paper: 64 "
-                            "GPUs)", vals, chapter=CH05, testbed=TESTBED_EMULATED,
+                            "GPUs)", vals, chapter=CH05, testbed=claims.TESTBED_EMULATED,
                             source=rec.source(CH05, "emulated (shaped links, H100 compute "
                                               "replayed); efficiency falls with N, so a "
                                               f"{top}-worker value bounds the 64-GPU one from "
