@@ -177,6 +177,34 @@ def test_no_spread_and_malformed_claims() -> None:
         inf.verdict([1.0] * 5, kind="bigger")
 
 
+@pytest.mark.parametrize(("value", "verdict"), [(1.0, "agrees"), (0.92, "differs"),
+                                              (1.02, "inconclusive")])
+def test_exact_values_are_decided_against_the_margins(value: float, verdict: str) -> None:
+    """A ratio the same in every run whose inputs varied: an exact result, decided as [v, v]."""
+    claim = dict(kind="equivalence", margin_low=0.98, margin_high=1.02)
+    v = inf.verdict([value] * 5, exact="exact", **claim)
+    assert v.verdict == verdict and v.method == "exact", v.reason
+    assert v.ci_low == v.ci_high == pytest.approx(value) and v.runs == 5
+    assert v.reason.startswith(f"{verdict}: exact in all 5 runs: value {value:.4g}")
+    # two independent arms, each constant (ring 0.9186 vs tree 0.9186 per seed): ratio 1
+    both = inf.verdict([0.9186] * 6, [0.9186] * 6, exact="counted, exact", **claim)
+    assert both.verdict == "agrees" and "counted, exact in all 6 runs" in both.reason
+    outside = inf.verdict([1.5] * 5, [1.0] * 5, kind="direction", exact="exact")
+    assert outside.verdict == "agrees" and outside.value == pytest.approx(1.5)
+
+
+def test_exact_needs_the_runs_and_no_spread() -> None:
+    claim = dict(kind="magnitude", no_effect=1.0, margin_low=0.90, margin_high=0.93)
+    few = inf.verdict([1.0] * 4, exact="exact", **claim)
+    assert few.verdict == "inconclusive" and few.reason.startswith("inconclusive: 4 runs")
+    assert math.isnan(few.ci_low)
+    unmarked = inf.verdict([1.0] * 5, **claim)  # no `exact`: a value the settings fix
+    assert unmarked.verdict == "inconclusive" and "no run-to-run spread" in unmarked.reason
+    spread = inf.verdict([0.91, 0.915, 0.92, 0.912, 0.918], exact="exact", **claim)
+    assert spread.method == "t-log" and spread.ci_low < spread.ci_high  # not the exact path
+    assert spread.verdict == "agrees"
+
+
 def test_paired_verdict_uses_pairs() -> None:
     rng = np.random.default_rng(9)
     drift = rng.normal(0, 0.3, 6)  # large drift across pairs, 5 % effect inside each pair

@@ -38,9 +38,21 @@ Verdicts (`verdict`): a claim has a kind.
 - 'magnitude': the paper states a number (89 %, 17 %, 14x); tested as an equivalence to
   [margin_low, margin_high] around that number. `no_effect` is reported, not used.
 
-Any verdict with fewer runs than `min_runs` (default 5) or than the method needs, an interval
-whose real coverage is below its level, or runs with no spread at all (a value fixed by
-configuration, not a measurement) is "inconclusive: <why>", never agrees/differs.
+Any verdict with fewer runs than `min_runs` (default 5) or than the method needs, or an
+interval whose real coverage is below its level, is "inconclusive: <why>", never agrees/differs.
+
+Exact results (runs with no spread at all). A value identical in every run has no interval, and
+what that means depends on where it came from, which only the caller knows:
+
+- by default (`exact=""`) it is "inconclusive: no run-to-run spread": a value the configuration
+  fixes and the run only echoes back is not a measurement;
+- with `exact` set (e.g. "exact", "counted, exact") the caller states that the runs' inputs
+  varied (different seeds or data), or that the value is counted from what the code did, so a
+  value that comes out the same in all of them is an exact result of the computation, not a
+  missing interval. From `min_runs` runs (5) such a value is decided against the claim's
+  no-effect value or margins as the point interval [v, v], method "exact", reason "<verdict>:
+  <exact> in all N runs: value v lies ..."; with fewer runs it stays "inconclusive: N runs".
+  Exactly constant means max - min <= 1e-12 x |max| on the log scale (floating-point ties).
 
 Its calibration (false decisions under no effect, power at the margins, on synthetic runs with
 the records' spread) is `ddlstudy.analysis.calibration`.
@@ -411,10 +423,35 @@ def _point(ya: np.ndarray, yb: np.ndarray | None, design: str, method: str) -> f
     return float(np.exp(centre(y) - (np.mean(yb) if design == "ratio" else 0.0)))
 
 
+def _constant(ya: np.ndarray, yb: np.ndarray | None, design: str) -> bool:
+    """True when the per-run quantity (log scale) is the same in every run: each arm constant
+    (independent arms) or every per-pair log ratio equal (pairs, one group)."""
+    def flat(y: np.ndarray) -> bool:
+        return bool(len(y)) and float(np.ptp(y)) <= 1e-12 * max(1.0, float(np.max(np.abs(y))))
+
+    if design == "paired":
+        assert yb is not None
+        return flat(ya - yb)
+    return flat(ya) and (yb is None or flat(yb))
+
+
+def _where(code: int, kind: str, no_effect: float, margin_low: float, margin_high: float,
+           direction: str) -> str:
+    """Where the interval lies, in words, for a decision code (+1, -1, 0)."""
+    if kind == "direction":
+        side, other = ("above", "below") if direction == "greater" else ("below", "above")
+        return {1: f"lies {side} {no_effect:.4g}", -1: f"lies {other} {no_effect:.4g}",
+                0: f"contains {no_effect:.4g}"}[code]
+    band = f"[{margin_low:.4g}, {margin_high:.4g}]"
+    return {1: f"lies inside the margins {band}", -1: f"lies outside the margins {band}",
+            0: f"overlaps a margin of {band}"}[code]
+
+
 def verdict(a: Values, b: Values | None = None, *, kind: str, no_effect: float = 1.0,
             margin_low: float = math.nan, margin_high: float = math.nan,
             direction: str = "greater", paired: bool = False, method: str = "t",
-            min_runs: int = MIN_RUNS, alpha: float = ALPHA, seed: int = SEED) -> Verdict:
+            min_runs: int = MIN_RUNS, alpha: float = ALPHA, seed: int = SEED,
+            exact: str = "") -> Verdict:
     """A claim's verdict from independent runs.
 
     In: `a` (and `b` for a ratio a / b: independent arms, or `paired=True` for interleaved
@@ -422,7 +459,10 @@ def verdict(a: Values, b: Values | None = None, *, kind: str, no_effect: float =
     `margin_low`/`margin_high` in the quantity's units (required for equivalence/magnitude;
     reported only for direction), `direction` ('greater'/'less', direction claims), `method`
     ('t', 'median', 'bootstrap', 'bca'). Out: `Verdict` (module docstring for the rules).
-    Too few runs, short coverage or zero spread give "inconclusive: ...". Raises ValueError for a
+    `exact`: how a value with no run-to-run spread arose ("exact", "counted, exact"), given only
+    when the runs' inputs varied or the value is counted: such a value is decided against the
+    margins as the point interval (module docstring, "Exact results"); without it zero spread is
+    inconclusive. Too few runs or short coverage give "inconclusive: ...". Raises ValueError for a
     malformed claim (unknown kind, missing or inverted margins), values <= 0, or 'median' on two
     independent arms.
     """
@@ -442,6 +482,15 @@ def verdict(a: Values, b: Values | None = None, *, kind: str, no_effect: float =
         return Verdict(_point(ya, yb, design, method), math.nan, math.nan, **base,
                        verdict=INCONCLUSIVE,
                        reason=f"inconclusive: {runs} runs (needs {needs}{why})")
+    if exact and _constant(ya, yb, design):
+        value = _point(ya, yb, design, "t")
+        code = int(_decide(np.array([value]), np.array([value]), kind, no_effect, margin_low,
+                           margin_high, direction)[0])
+        word = {1: AGREES, -1: DIFFERS, 0: INCONCLUSIVE}[code]
+        where = _where(code, kind, no_effect, margin_low, margin_high, direction)
+        return Verdict(value, value, value, **{**base, "method": "exact"}, verdict=word,
+                       coverage=1.0,
+                       reason=f"{word}: {exact} in all {runs} runs: value {value:.4g} {where}")
     est, low, high, cov, _ = _exp(_interval(ya[None], None if yb is None else yb[None],
                                             design, method, level, seed))
     value, lo, hi, coverage = float(est[0]), float(low[0]), float(high[0]), float(cov[0])
@@ -458,13 +507,6 @@ def verdict(a: Values, b: Values | None = None, *, kind: str, no_effect: float =
                        reason=f"inconclusive: {shown} covers only {coverage:.1%}")
     code = int(_decide(np.array([lo]), np.array([hi]), kind, no_effect, margin_low,
                        margin_high, direction)[0])
-    if kind == "direction":
-        side, other = ("above", "below") if direction == "greater" else ("below", "above")
-        where = {1: f"lies {side} {no_effect:.4g}", -1: f"lies {other} {no_effect:.4g}",
-                 0: f"contains {no_effect:.4g}"}[code]
-    else:
-        band = f"[{margin_low:.4g}, {margin_high:.4g}]"
-        where = {1: f"lies inside the margins {band}", -1: f"lies outside the margins {band}",
-                 0: f"overlaps a margin of {band}"}[code]
+    where = _where(code, kind, no_effect, margin_low, margin_high, direction)
     word = {1: AGREES, -1: DIFFERS, 0: INCONCLUSIVE}[code]
     return Verdict(**out, verdict=word, reason=f"{word}: {shown} {where}")

@@ -44,7 +44,10 @@ class Measurement:
     (set by configuration: why) instead of values draws no verdict. `column`: REPRODUCTION or
     UPDATE when the row stands for the paper's testbed or today's ('' otherwise); `ratio`:
     (what, value) of the quantity that sets the regime on this testbed (compute / communication
-    per step), named when the two columns disagree."""
+    per step), named when the two columns disagree. `exact`: how a value that is the same in
+    every run arose ("exact": the runs' inputs varied, e.g. their seeds; "counted, exact": a
+    count of what the code did), so it is decided as an exact result
+    (`ddlstudy.analysis.inference`, "Exact results"); '' leaves zero spread inconclusive."""
 
     label: str
     a: tuple[float, ...] = ()
@@ -57,6 +60,7 @@ class Measurement:
     fixed: str = ""
     column: str = ""
     ratio: tuple[str, float] | None = None
+    exact: str = ""
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def _row(c: Claim, m: Measurement) -> dict:
     try:
         v = inference.verdict(m.a, m.b, kind=c.kind, no_effect=c.no_effect,
                               margin_low=c.margin_low, margin_high=c.margin_high,
-                              direction=c.direction)
+                              direction=c.direction, exact=m.exact)
     except ValueError as err:
         return {**base, "verdict": NOT_MEASURED, "reason": f"not measured: {err}"}
     reason = v.reason + (f"; {m.note}" if m.note else "")
