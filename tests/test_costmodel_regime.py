@@ -65,3 +65,29 @@ def test_regime_map_cli_writes_figure_and_csv(tmp_path, monkeypatch):
     assert (tmp_path / "regime_map_resnet50.png").exists()
     table = pd.read_csv(tmp_path / "regime_map_resnet50.csv")
     assert {"grid", "testbed"} <= set(table["kind"])
+
+
+def test_regime_map_shows_every_testbed_labelled_analytic():
+    """Every testbed of the registry is a point, each labelled projected (analytic); one with no
+    step time for the model (Fourie 2019, Pani) is drawn at the edge at its rate, and the
+    one-node testbed (Pani) at its intra-node rate."""
+    from ddlstudy.testbeds import catalog
+
+    rm = _map()
+    pts = rm.points.set_index("name")
+    assert set(pts.index) == set(catalog.names())
+    assert (pts["label"] == M.TESTBED_LABEL).all() and "analytic" in M.TESTBED_LABEL
+    assert pts["bandwidth_bps"].notna().all()
+    assert np.isnan(pts.loc["fourie2019", "compute_s"]) and "rate only" in pts.loc[
+        "fourie2019", "note"]
+    assert "one node" in pts.loc["pani", "note"]
+    assert pts.loc["shi2019", "compute_s"] == catalog.testbed("shi2019").compute[0].step_s
+    table = rm.table()
+    assert set(table.loc[table["kind"] != "cell", "label"]) == {M.TESTBED_LABEL}
+    fig = plots.regime_map(rm.grid, rm.points, rm.words)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert all(any(t.startswith(n) for t in texts) for n in catalog.names())
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sum("analytic" in t for t in labels) >= 2
+    matplotlib.pyplot.close(fig)

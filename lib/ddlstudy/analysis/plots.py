@@ -585,14 +585,27 @@ def regime_map(grid: pd.DataFrame, points: pd.DataFrame, words: dict[str, float]
         "best PS step = ring step" if crosses else
         f"best PS step = ring step: not on this grid (best PS / ring {lo:.2f}-{hi:.2f})")))
     tb = points[points["kind"] == "testbed"] if len(points) else points
-    if len(tb):
-        ax.scatter(tb["compute_s"], tb["bandwidth_bps"] / 1e9, marker="o", s=45,
+    if len(tb):  # every testbed; one without a step time for this model sits at the left edge
+        tb = tb[tb["bandwidth_bps"].notna()]
+        placed, edge = tb[tb["compute_s"].notna()], tb[tb["compute_s"].isna()]
+        ax.scatter(placed["compute_s"], placed["bandwidth_bps"] / 1e9, marker="o", s=45,
                    color="tab:red", zorder=5)
-        for r in tb.itertuples():
+        for r in placed.itertuples():
             ax.annotate(r.name, (r.compute_s, r.bandwidth_bps / 1e9), fontsize=7,
                         xytext=(4, 3), textcoords="offset points")
         handles.append(plt.Line2D([], [], marker="o", ls="", color="tab:red",
-                                  label="testbed (its compute, inter-node rate)"))
+                                  label="testbed (its compute, inter-node rate): projected "
+                                        "(analytic)"))
+        if len(edge):
+            ax.scatter(np.full(len(edge), xs.min()), edge["bandwidth_bps"] / 1e9, marker=">",
+                       s=60, facecolor="none", edgecolor="tab:red", zorder=5, clip_on=False)
+            for r in edge.itertuples():
+                ax.annotate(f"{r.name} (rate only)", (xs.min(), r.bandwidth_bps / 1e9),
+                            fontsize=7, xytext=(6, -3), textcoords="offset points")
+            handles.append(plt.Line2D([], [], marker=">", ls="", markerfacecolor="none",
+                                      markeredgecolor="tab:red",
+                                      label="testbed with no published step time for this "
+                                            "model: its rate, at the edge (analytic)"))
     cells = points[points["kind"] == "cell"] if len(points) else points
     if len(cells):
         ax.scatter(cells["compute_s"], cells["bandwidth_bps"] / 1e9, marker="*", s=160,

@@ -52,7 +52,13 @@ from ddlstudy.analysis.costmodel.links import (
     read_link_bench,
     validate_collectives,
 )
-from ddlstudy.analysis.costmodel.regime import WORDS, RegimeMap, regime_map, ring_and_best_ps
+from ddlstudy.analysis.costmodel.regime import (
+    TESTBED_LABEL,
+    WORDS,
+    RegimeMap,
+    regime_map,
+    ring_and_best_ps,
+)
 from ddlstudy.analysis.costmodel.step import (
     BACKWARD_SHARE,
     FLAT,
@@ -83,7 +89,8 @@ __all__ = [
     "ALGORITHMS", "BACKWARD_SHARE", "CELL_COLUMNS", "CELL_KEY", "FIT_CONFIGURATION", "FLAT",
     "GOODPUT",
     "HIERARCHICAL", "LINK_COLUMNS", "NETWORKS", "PS_STEP", "SETTINGS_ALONE", "STEP_STRATEGIES",
-    "WORDS", "Constants", "Link", "RecordsError", "RegimeMap", "StepTime", "Tiers", "Validation",
+    "TESTBED_LABEL", "WORDS", "Constants", "Link", "RecordsError", "RegimeMap", "StepTime",
+    "Tiers", "Validation",
     "_cell_step", "_nnls", "_usable", "allreduce_step", "bucket_layout", "fit", "fit_alpha",
     "fit_constants", "gradient_bytes", "held_out_by_configuration", "hierarchical_traffic",
     "main", "node_nic_traffic", "predict", "predict_network", "predict_point",

@@ -57,7 +57,7 @@ class RegimeMap:
 
     def table(self) -> pd.DataFrame:
         """Grid and points in one frame (column `kind`: grid, testbed, cell), for a CSV."""
-        grid = self.grid.assign(kind="grid", name="")
+        grid = self.grid.assign(kind="grid", name="", label=TESTBED_LABEL)
         return pd.concat([grid, self.points], ignore_index=True).assign(
             model=self.model, workers=self.workers, gpus_per_node=self.gpus_per_node,
             latency_s=self.latency_s, source="analytic (projected) except kind=cell")
@@ -81,19 +81,37 @@ def ring_and_best_ps(sizes: Sequence[int], workers: int, compute_s: float, link:
     return alone / ring, ring, float(best), which
 
 
+# How every point of the map is labelled (issue 21: nothing on it may pass for a measurement).
+TESTBED_LABEL = "projected (analytic)"
+CELL_LABEL = "measured (emulated)"
+
+
 def _testbed_points(model: str, shape: str) -> pd.DataFrame:
+    """Every testbed of ddlstudy.testbeds as a point, labelled projected (analytic): x = its
+    published (or measured) step time for `model` (the row at the paper's batch first, then
+    at `shape`, then the largest batch), y = its inter-node rate per node. A testbed with no
+    step time for `model` keeps compute_s NaN (drawn at the map's edge, rate only); a one-node
+    testbed (no inter-node link) is placed at its intra-node rate per GPU, the link its
+    collectives cross, and says so."""
     rows = []
     for tb in catalog.testbeds():
-        bw = tb.inter_node.node_rate_bps
+        bw, where = tb.inter_node.node_rate_bps, "inter-node rate per node"
+        if not bw and tb.intra_node.rate_Bps:
+            bw, where = 8 * tb.intra_node.rate_Bps, "one node: its intra-node rate per GPU"
         comp = [r for r in catalog.compute_table(tb.name) if r["model"] == model]
-        comp.sort(key=lambda r: (r["shape"] != shape, -int(r["batch_size"])))
-        if not comp or not bw:
-            continue
-        rows.append({"kind": "testbed", "name": tb.name,
-                     "compute_s": float(comp[0]["compute_s_p50"]), "bandwidth_bps": float(bw),
-                     "efficiency": np.nan,
-                     "note": f"{comp[0]['shape']} batch {comp[0]['batch_size']}, "
-                             f"{tb.gpus_per_node.value} GPU(s) per node"})
+        paper = str(tb.framework.get("batch_per_worker") or tb.framework.get("batch_per_gpu")
+                    or "")
+        comp.sort(key=lambda r: (str(r["batch_size"]) != paper, r["shape"] != shape,
+                                 -int(r["batch_size"])))
+        gpn = f"{tb.gpus_per_node.value} GPU(s) per node"
+        if comp:
+            x, what = float(comp[0]["compute_s_p50"]), (f"{comp[0]['shape']} batch "
+                                                        f"{comp[0]['batch_size']}")
+        else:
+            x, what = np.nan, f"no {model} step time for its device (rate only)"
+        rows.append({"kind": "testbed", "name": tb.name, "compute_s": x,
+                     "bandwidth_bps": float(bw) if bw else np.nan, "efficiency": np.nan,
+                     "label": TESTBED_LABEL, "note": f"{what}, {gpn}; {where}"})
     return pd.DataFrame(rows)
 
 
@@ -112,7 +130,8 @@ def _cell_points(cells: pd.DataFrame, model: str, workers: int) -> pd.DataFrame:
         x = float(top["replay_s"]) * float(top["time_dilation"]) * float(top["network_scale"])
         rows.append({"kind": "cell", "name": f"measured {net}, {workers} workers",
                      "compute_s": x, "bandwidth_bps": PROFILES[net].rate_bps,
-                     "efficiency": float(per[1] / per[workers]), "note": "emulated"})
+                     "efficiency": float(per[1] / per[workers]), "label": CELL_LABEL,
+                     "note": "emulated"})
     return pd.DataFrame(rows)
 
 
@@ -145,6 +164,6 @@ def regime_map(model: str, *, workers: int = 6, gpus_per_node: int = 1,
         points.append(_cell_points(cells, model, workers))
     pts = pd.concat([p for p in points if len(p)], ignore_index=True) if any(
         len(p) for p in points) else pd.DataFrame(
-        columns=["kind", "name", "compute_s", "bandwidth_bps", "efficiency", "note"])
+        columns=["kind", "name", "compute_s", "bandwidth_bps", "efficiency", "label", "note"])
     return RegimeMap(model, workers, gpus_per_node, latency_s, pd.DataFrame(rows), pts,
                      dict(WORDS if words is None else words))
