@@ -406,7 +406,7 @@ def test_validation_for_states_error_and_converts_constants(tmp_path, monkeypatc
     _patch_sizes(monkeypatch, sizes)
     v = M.validation_for([tmp_path, tmp_path / "absent"])
     assert v.n_cells == 24 - 24 // 3 and v.median_error < 1e-3 and v.scale == 0.01
-    assert v.label == ("projected (model validated to 0% median relative error on "
+    assert v.label == ("projected (model validated to 0.0% median relative error on "
                        f"{v.n_cells} held-out cells)")
     cc = v.cluster_constants()
     assert cc.overhead_s == pytest.approx(v.constants.overhead_s * 0.01)

@@ -212,7 +212,7 @@ class Validation:
         """'projected (model validated to X % on N cells)', or why it is not."""
         if self.n_cells == 0:
             return f"projected (model not validated: {self.note})"
-        return (f"projected (model validated to {self.median_error:.0%} median relative error on "
+        return (f"projected (model validated to {self.median_error:.1%} median relative error on "
                 f"{self.n_cells} held-out cells)")
 
 
