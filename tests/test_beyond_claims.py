@@ -121,3 +121,25 @@ def test_powersgd_without_accuracy_runs_is_not_measured(tmp_path: Path) -> None:
     claim = next(c for c in beyond.CLAIMS if c.id == "powersgd_accuracy_on_par")
     row = engine.evaluate(claim, tmp_path, {})[0]
     assert row["verdict"] == engine.NOT_MEASURED and "11_beyond" in row["reason"]
+
+
+def test_powersgd_ranks_each_get_a_row_naming_their_settings(tmp_path: Path) -> None:
+    """Ranks 1 / 2 / 4 on the shallow CNN: one row each, its verdict from its own seeds (rank 1
+    3 % below DDP differs, ranks 2 and 4 on par agree), the label naming the recorded settings."""
+    common = {"model": "shallow_cnn", "dataset": "mnist", "workers": 2, "batch_size": 64,
+              "steps": 398, "lr": 0.05}
+    rows = [{"strategy": s, "seed": seed, "test_accuracy": 0.97 * f * NOISE[(seed + k) % 7],
+             **common}  # each arm its own run-to-run noise
+            for seed in range(5)
+            for k, (s, f) in enumerate((("ddp", 1.0), ("ddp_powersgd1", 0.97),
+                                        ("ddp_powersgd2", 1.0), ("ddp_powersgd4", 1.0)))]
+    (tmp_path / CH).mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / CH / "accuracy.csv", index=False)
+    out = engine.evaluate(CLAIM["powersgd_accuracy_on_par"], tmp_path, FOLDERS)
+    got = {r["quantity"].split("[")[1].split(" / ")[0]: r for r in out}  # '... [label]'
+    assert sorted(got) == ["ddp_powersgd1", "ddp_powersgd2", "ddp_powersgd4"]
+    assert got["ddp_powersgd1"]["verdict"] == engine.DIFFERS
+    assert got["ddp_powersgd2"]["verdict"] == got["ddp_powersgd4"]["verdict"] == engine.AGREES
+    assert ("shallow_cnn on mnist, 2 workers x batch 64, 400 steps (51,200 images), SGD lr 0.05"
+            in got["ddp_powersgd2"]["quantity"])
+    assert "before any of its runs" in CLAIM["powersgd_accuracy_on_par"].reasoning
