@@ -136,6 +136,25 @@ def test_bracketing_with_four_seeds_is_inconclusive(tmp_path: Path) -> None:
     assert row["verdict"] == "inconclusive" and "4 runs" in row["reason"], row
 
 
+def test_bracketing_identical_accuracy_in_every_seed_is_exact(tmp_path: Path) -> None:
+    """Ring and tree equal to the last digit in each of 5 seeds (the reference's case): the
+    ratio 1 is exact, so it is decided against the paper's [0.90, 0.93], not left open."""
+    accs = [0.9186, 0.9201, 0.9222, 0.9242, 0.9189]
+    _bracketing_records(tmp_path, accs, accs)
+    row = _bracketing_row(tmp_path)
+    assert row["verdict"] == "differs" and row["method"] == "exact", row
+    assert "exact in all 5 runs: value 1 lies outside the margins [0.9, 0.93]" in row["reason"]
+    assert row["ci_low"] == row["ci_high"] == 1.0
+
+
+def test_bracketing_identical_in_four_seeds_is_inconclusive(tmp_path: Path) -> None:
+    accs = [0.9186, 0.9201, 0.9222, 0.9242]
+    _bracketing_records(tmp_path, accs, accs)
+    row = _bracketing_row(tmp_path)
+    assert row["verdict"] == "inconclusive" and row["reason"].startswith(
+        "inconclusive: 4 runs (needs 5)"), row
+
+
 def test_bracketing_not_measured_without_chapter_08(tmp_path: Path, monkeypatch) -> None:
     from ddlstudy.records import reference
 

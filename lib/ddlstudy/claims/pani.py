@@ -13,6 +13,13 @@ PAPER = "Pani"
 CNN = ("shallow CNN (2 conv + FC 800-500-10), MNIST, batch 32-8192, Xeon Silver 4214 CPU vs "
        "1/2/4/8 RTX 2080 Ti GPUs")
 RESNET18 = "ResNet-18 (1-channel, 3x3 stem), MNIST, batch 32-8192, 1-8 GPUs"
+# What chapter 09's reference sweep trains (params/reference-dynamics.yaml); each row names the
+# model, data set, epochs and learning rate its records carry (`_settings`).
+SWEEP = ("; here: chapter 09's sweep at 1 worker on this host's CPU, real training, 5 seeds. "
+         "The reference trains an MLP (784-128-128-10, ReLU) on MNIST, 1 epoch per batch size, "
+         "SGD at lr 0.01 fixed for every batch (Pani's 'optimal learning rate', Sec. V; no "
+         "scaling with batch), not Pani's shallow CNN: one CNN epoch at batch 32 did not finish "
+         "in 23 min on this 2-core host under load 17-26 (2026-11-26); the row names what ran")
 CH03, CH09 = "03_ps_vs_ring", "09_batch_size"
 RING = "allreduce"
 NEEDS_GPUS = ("not measured: needs one GPU per worker (a GPU testbed; the testbeds issue); "
@@ -37,11 +44,28 @@ def _batch(column: str, what: str):  # noqa: ANN202 - a measure function
         lo, hi = int(one["batch_size"].min()), int(one["batch_size"].max())
         vals = per_run(lambda h, low: h / low, runs(one, column, "seed", batch_size=hi),
                        runs(one, column, "seed", batch_size=lo))
-        rule = str(one["lr_rule"].iloc[0]) if "lr_rule" in one else "lr as configured"
-        return [Measurement(f"{model}: {what} at batch {hi} / at batch {lo}, 1 worker, same "
-                            f"seed ({rule})", vals, chapter=CH09, testbed=claims.TESTBED_HOST,
+        return [Measurement(f"{_settings(one)}: {what} at batch {hi} / at batch {lo}, 1 worker, "
+                            "same seed", vals, chapter=CH09, testbed=claims.TESTBED_HOST,
+                            exact="exact",  # seeds vary data order and weights
                             source=rec.source(CH09, "measured (real training, one host, CPU)"))]
     return measure
+
+
+def _settings(one: pd.DataFrame) -> str:
+    """'model on data set, E epoch(s), lr ...' from the sweep's rows, and whether the model is
+    Pani's shallow CNN (a different model is said to be one)."""
+    model = str(one["model"].iloc[0])
+    data = f" on {one['dataset'].iloc[0]}" if "dataset" in one else ""
+    epochs = (f", {pd.to_numeric(one['epochs']).max():g} epoch(s) per batch size"
+              if "epochs" in one else "")
+    lr_col = "lr_target" if "lr_target" in one else "lr" if "lr" in one else ""
+    lrs = sorted(set(pd.to_numeric(one[lr_col]).round(12))) if lr_col else []
+    if len(lrs) == 1:
+        lr = f", SGD lr {lrs[0]:g} fixed for every batch size"
+    else:
+        lr = f", {one['lr_rule'].iloc[0]}" if "lr_rule" in one else ", lr as configured"
+    other = "" if model == "shallow_cnn" else " (not Pani's shallow CNN)"
+    return f"{model}{data}{epochs}{lr}{other}"
 
 
 def _ratio(rec: Records) -> list[Measurement]:
@@ -90,7 +114,7 @@ CLAIMS = [
           needs=NEEDS_GPUS),
     Claim(PAPER, "pani_loss_up_with_batch", "average test loss increases with batch size",
           "Overall, with the increase in batch size, the average loss increased across the "
-          "board.", "Sec. V.A (Experiment I), Fig. 1", CNN,
+          "board.", "Sec. V.A (Experiment I), Fig. 1", CNN + SWEEP,
           "test loss at the largest batch / at the smallest, 1 worker, same seed",
           "direction", 1.0, *side(1.0),
           "'increased' (no size given): any ratio above 1 once the 95 % interval excludes 1",
@@ -98,7 +122,7 @@ CLAIMS = [
     Claim(PAPER, "pani_error_down_with_batch", "classification error decreases with batch size",
           "The classification error also remains similar for different combinations of set of "
           "CPU and GPU combination; however, it decreases with any increase in batch size.",
-          "Sec. V.A (Experiment I), Fig. 2", CNN,
+          "Sec. V.A (Experiment I), Fig. 2", CNN + SWEEP,
           "test error (1 - accuracy) at the largest batch / at the smallest, 1 worker, same seed",
           "direction", 1.0, *side(1.0, "less"),
           "'decreases' (no size given): any ratio below 1 once the 95 % interval excludes 1",
