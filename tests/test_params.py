@@ -195,3 +195,27 @@ def test_report_cli_prints_one_line_no_traceback(tmp_path: Path, repo_root: Path
     missing = subprocess.run([sys.executable, "-m", "ddlstudy.report", "--params", "nope.yaml"],
                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert missing.returncode == 2 and "nope.yaml: params file not found" in missing.stderr
+
+
+def test_launch_spec_is_built_once_per_settings(repo_root: Path) -> None:
+    """The chapters' grids and cluster starts reuse the LaunchSpec validation built (validating
+    one resolves ifname's address); a copy with other launch settings gets its own."""
+    from ddlstudy.config.params import ClusterParams
+    from ddlstudy.experiments import grid
+    from ddlstudy.records.store import project_root
+
+    kw = dict(launcher="ssh", hosts=["n1:8", "n2:8"], ifname="ib0", controller_ip="10.1.2.3",
+              remote_root="/srv/a")
+    cluster = ClusterParams(**kw)
+    spec = cluster.launch_spec()
+    assert cluster.launch_spec() is spec and cluster.cluster_kwargs()["launch"] is spec
+    P = load_params(repo_root / "params/default.yaml")
+    P.cluster = cluster
+    built = P.cluster.launch_spec()
+    configs = [grid.base_config(P, m) for m in ("mlp", "resnet50")]
+    assert P.cluster.launch_spec() is built
+    assert {c.data_root for c in configs} == {built.engine_path(str(P.data.path()), project_root())}
+    other = cluster.model_copy(update={"remote_root": "/srv/b"})  # no validation runs
+    assert other.launch_spec() is not spec and other.launch_spec().remote_root == "/srv/b"
+    cluster.remote_root = "/srv/c"  # validate_assignment: the validator rebuilds it
+    assert cluster.launch_spec().remote_root == "/srv/c"

@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -174,6 +175,10 @@ class _Section(BaseModel):
         return data
 
 
+LAUNCH_KEYS = {"launcher", "hosts", "ifname", "controller_ip", "remote_python", "env",
+               "ssh_args", "launcher_args", "remote_root"}  # what a LaunchSpec is built from
+
+
 class ClusterParams(_Section):
     workers: int = Field(5, ge=1, le=64, description="engines to start locally")
     profile: str | None = Field(None, description="ipyparallel profile to connect to (GPU nodes)")
@@ -197,6 +202,9 @@ class ClusterParams(_Section):
     remote_root: str | None = Field(None, description="the nodes' checkout when it is not where "
                                     "remote_python's ddlstudy lives: engines work there and "
                                     "relative paths (data.root) resolve there")
+    # (the launch settings as JSON, their LaunchSpec): built once per settings, since validating
+    # one resolves ifname's address; a copy with other settings rebuilds (the key differs)
+    _spec: tuple[str, Any] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _launch(self) -> ClusterParams:
@@ -207,12 +215,16 @@ class ClusterParams(_Section):
         return self
 
     def launch_spec(self) -> Any:
-        """The validated ddlstudy.cluster.launchers.LaunchSpec of these settings."""
+        """The validated ddlstudy.cluster.launchers.LaunchSpec of these settings, built on the
+        first call for them (validation) and reused by every grid and cluster start after."""
         from ddlstudy.cluster.launchers import launch_spec
 
-        return launch_spec(self.launcher, self.hosts, self.ifname, self.controller_ip,
-                           self.remote_python, self.env, self.ssh_args, self.launcher_args,
-                           self.remote_root)
+        key = self.model_dump_json(include=LAUNCH_KEYS)
+        if self._spec is None or self._spec[0] != key:
+            self._spec = (key, launch_spec(self.launcher, self.hosts, self.ifname,
+                                           self.controller_ip, self.remote_python, self.env,
+                                           self.ssh_args, self.launcher_args, self.remote_root))
+        return self._spec[1]
 
     @classmethod
     def checked(cls, **values: Any) -> ClusterParams:
