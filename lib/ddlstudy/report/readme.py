@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -121,8 +122,13 @@ def decided(ref: Path) -> str:
 
     table = claims_table(ref)
     rows = table[table["verdict"].isin(DECIDED)]
+    def interval(r: Any) -> str:  # an exact result (the same in every run) has no interval
+        if r.method == "exact":
+            return f"{r.value:.3g}, exact in all {int(r.runs)} runs"
+        return f"{r.value:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
+
     parts = [f"{r.paper}'s \"{r.claim}\" {r.verdict} ({r.quantity.split(' [')[0]}: "
-             f"{r.value:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}] against "
+             f"{interval(r)} against "
              f"[{r.margin_low:.3g}, {r.margin_high:.3g}], {int(r.runs)} runs, {r.testbed})"
              for r in rows.itertuples()]
     return ("Decided on these records: " + "; ".join(parts) + ". ") if parts else ""
