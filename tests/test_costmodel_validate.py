@@ -46,3 +46,27 @@ def test_published_points_each_name_their_source_and_settings():
     skipped = table[table["predicted"].isna()]
     assert (skipped["skipped"].str.len() > 0).all()
     assert isinstance(table, pd.DataFrame)
+
+
+def test_cells_of_several_engines_per_node_are_held_out_and_predicted_with_tiers():
+    """A hierarchical cell of 8 engines per node is predicted with its two tiers (loopback
+    inside the node: no wire time; the node's shaped link across nodes), and is held out
+    ('other gpus_per_node'), never in the fit, even on the fit's network and strategy."""
+    cells = M.read_cells([REFERENCE])
+    ring = cells[(cells["network"] == "10GbE") & (cells["strategy"] == "allreduce")
+                 & (cells["model"] == "resnet50")].iloc[0]
+    wang = ring.copy()
+    wang["workers"], wang["gpus_per_node"], wang["algorithm"] = 16, 8, "hierarchical"
+    wang["wall_s"] = 123.0
+    both = pd.concat([cells, wang.to_frame().T], ignore_index=True)
+    both = both.astype({c: cells[c].dtype for c in cells.columns if c in ("workers", "wall_s")})
+    table, _, _ = M.held_out_by_configuration(both)
+    row = table[(table["workers"] == 16)].iloc[0]
+    assert row["role"] == "other gpus_per_node"
+    # two nodes: the NIC carries 2(m-1)/m = 1 model each way; a flat 16-node ring would carry
+    # 2 x 15/16 of it, and one node none
+    hier = M._cell_step(both.iloc[-1], M.SETTINGS_ALONE)
+    one_per_node = both.iloc[-1].copy()
+    one_per_node["gpus_per_node"] = 1
+    flat = M._cell_step(one_per_node, M.SETTINGS_ALONE)
+    assert 0 < hier.wire_s < flat.wire_s

@@ -19,10 +19,13 @@ import pandas as pd
 import ddlstudy.analysis.costmodel.step as _step
 from ddlstudy.analysis.costmodel.alphabeta import _nnls
 from ddlstudy.analysis.costmodel.step import (
+    FLAT,
     PS_STEP,
     STEP_STRATEGIES,
     Constants,
+    Link,
     StepTime,
+    Tiers,
     predict_step,
     profile_link,
 )
@@ -112,9 +115,24 @@ def _cell_step(row: Any, c: Constants) -> StepTime:
     bucket = 25.0 if pd.isna(row.bucket_mb) else float(row.bucket_mb)
     algorithm = row.algorithm if isinstance(row.algorithm, str) and row.algorithm else "ring"
     shape = row.shape if isinstance(row.shape, str) and row.shape in SHAPES else "cifar"
+    k = cell_gpus_per_node(row)
+    tiers = Tiers(k, LOOPBACK) if k > 1 else FLAT
     return predict_step(row.strategy, row.model, int(row.workers), link,
                         float(row.replay_s) * float(row.time_dilation), c, servers=servers,
-                        algorithm=algorithm, bucket_mb=bucket, overlap=overlap, shape=shape)
+                        algorithm=algorithm, bucket_mb=bucket, overlap=overlap, shape=shape,
+                        tiers=tiers)
+
+
+# The intra-node link of an emulated node of several engines: the namespace's loopback,
+# unshaped (ddlstudy.network.emulated.nodes), so the configuration sets no rate and no wire
+# time is charged on it; the copies it costs this host fall to the fitted host_s_per_byte.
+LOOPBACK = Link(1e15, 0.0, goodput=1.0)
+
+
+def cell_gpus_per_node(row: Any) -> int:
+    """Engines per emulated node of a cell (1 for records that predate the column)."""
+    k = getattr(row, "gpus_per_node", 1)
+    return 1 if k is None or pd.isna(k) else max(1, int(k))
 
 
 def fit_constants(cells: pd.DataFrame, rounds: int = 8) -> Constants:

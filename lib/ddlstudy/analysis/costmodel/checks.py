@@ -24,7 +24,13 @@ import numpy as np
 import pandas as pd
 
 import ddlstudy.analysis.costmodel.step as _step
-from ddlstudy.analysis.costmodel.cells import RecordsError, _cell_step, _usable, fit_constants
+from ddlstudy.analysis.costmodel.cells import (
+    RecordsError,
+    _cell_step,
+    _usable,
+    cell_gpus_per_node,
+    fit_constants,
+)
 from ddlstudy.analysis.costmodel.step import (
     GOODPUT,
     SETTINGS_ALONE,
@@ -40,7 +46,7 @@ from ddlstudy.workload.catalog import SHAPES
 # (a)'s fit configuration, chosen before looking at any error: one profile, one strategy, one
 # model family, one GPU per node (all reference cells have one).
 FIT_CONFIGURATION: dict[str, str] = {"network": "10GbE", "strategy": "allreduce",
-                                     "family": "resnet"}
+                                     "family": "resnet", "gpus_per_node": "1"}
 
 
 def family(model: str) -> str:
@@ -60,15 +66,19 @@ def held_out_by_configuration(cells: pd.DataFrame,
                               fit_on: Mapping[str, str] = FIT_CONFIGURATION
                               ) -> tuple[pd.DataFrame, Constants, str]:
     """(table, constants, what was fitted): constants fitted on the usable cells matching
-    `fit_on` (network, strategy, model family), every other usable cell predicted and labelled
-    with what differs ("other family", "other strategy", "other network", joined by " + ").
+    `fit_on` (network, strategy, model family, engines per node), every other usable cell
+    predicted and labelled with what differs ("other family", "other strategy", "other
+    network", "other gpus_per_node", joined by " + ").
     When no cell matches, the largest (network, strategy) group is the fit configuration and
     the description says so."""
     usable, _ = _usable(cells)
     if usable.empty:
         raise RecordsError("no cell has replayed compute on a shaped link profile")
-    usable = usable.assign(family=usable["model"].map(family))
-    keys = {"network": "network", "strategy": "strategy", "family": "family"}
+    usable = usable.assign(family=usable["model"].map(family),
+                           gpus_per_node=[str(cell_gpus_per_node(r))
+                                          for r in usable.itertuples()])
+    keys = {"network": "network", "strategy": "strategy", "family": "family",
+            "gpus_per_node": "gpus_per_node"}
     match = pd.Series(True, index=usable.index)
     for k, v in fit_on.items():
         match &= usable[keys[k]].astype(str) == v
