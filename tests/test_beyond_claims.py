@@ -61,7 +61,18 @@ def test_too_few_runs_is_inconclusive(tmp_path: Path) -> None:
     assert row["reason"].startswith("inconclusive: 3 runs (needs 5)")
 
 
-def test_missing_chapter_or_strategy_says_what_to_run(tmp_path: Path) -> None:
+@pytest.fixture
+def no_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty results/reference: a run without chapter 11 then has nothing to fall back on."""
+    from ddlstudy.records import reference
+
+    root = tmp_path / "reference"
+    monkeypatch.setattr(reference, "reference_dir", lambda: root)
+    return root
+
+
+def test_missing_chapter_or_strategy_says_what_to_run(tmp_path: Path, no_reference: Path
+                                                      ) -> None:
     row = engine.evaluate(CLAIM["zero_stage3_1_5x_volume"], tmp_path, {})[0]
     assert row["verdict"] == engine.NOT_MEASURED and "11_beyond" in row["reason"]
     run = _records(tmp_path, 1.0, NOISE, "zero1")  # no zero3 rows
@@ -117,7 +128,8 @@ def test_powersgd_on_par_follows_the_seeds(tmp_path: Path, ratio: float, spread:
     assert "ddp_powersgd1 / ddp" in row["quantity"] and row["paper"] == "Vogels 2019"
 
 
-def test_powersgd_without_accuracy_runs_is_not_measured(tmp_path: Path) -> None:
+def test_powersgd_without_accuracy_runs_is_not_measured(tmp_path: Path, no_reference: Path
+                                                        ) -> None:
     claim = next(c for c in beyond.CLAIMS if c.id == "powersgd_accuracy_on_par")
     row = engine.evaluate(claim, tmp_path, {})[0]
     assert row["verdict"] == engine.NOT_MEASURED and "11_beyond" in row["reason"]
@@ -143,3 +155,16 @@ def test_powersgd_ranks_each_get_a_row_naming_their_settings(tmp_path: Path) -> 
     assert ("shallow_cnn on mnist, 2 workers x batch 64, 400 steps (51,200 images), SGD lr 0.05"
             in got["ddp_powersgd2"]["quantity"])
     assert "before any of its runs" in CLAIM["powersgd_accuracy_on_par"].reasoning
+
+
+def test_a_run_without_chapter_11_reads_the_committed_reference(tmp_path: Path,
+                                                                 no_reference: Path) -> None:
+    """As chapters 07-10: chapter 11's tables in results/reference stand in, labelled."""
+    from ddlstudy.records import store
+
+    ref = no_reference / CH
+    _accuracy(ref.parent, 1.0, NOISE)
+    store.write_meta(ref, {"chapter": CH}, status="ok")
+    claim = CLAIM["powersgd_accuracy_on_par"]
+    row = engine.evaluate(claim, tmp_path / "run", {})[0]
+    assert row["verdict"] == engine.AGREES and row["source"].startswith("reference run: ")

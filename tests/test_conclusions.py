@@ -75,7 +75,7 @@ def test_only_folders_the_params_name_are_read(tmp_path: Path) -> None:
     _emulated(tmp_path, {1: 80.0, 3: 100.0, 6: 105.0}, {1: 100.0, 3: 300.0, 6: 590.0})
     t = C.claims_table(tmp_path, {})
     # only the chapters the committed reference stands in for (claims.base.Records.fallback)
-    fallback = {"07_frameworks", "08_convergence", "09_batch_size", "10_faults"}
+    fallback = {"07_frameworks", "08_convergence", "09_batch_size", "10_faults", "11_beyond"}
     assert set(t.loc[t["runs"] > 0, "chapter"]) <= fallback
     assert _rows(t, "shi_ps_levels_off")["verdict"].eq("not measured").all()
 

@@ -134,7 +134,7 @@ class Records:
     folders: Folders
     reads: tuple[tuple[str, str], ...]
     fallback: tuple[str, ...] = ("07_frameworks", "08_convergence", "09_batch_size",
-                                 "10_faults")
+                                 "10_faults", "11_beyond")
     labels: dict[str, str] = field(default_factory=dict)
 
     def table(self, chapter: str, name: str) -> pd.DataFrame:
@@ -145,7 +145,7 @@ class Records:
         if chapter not in self.folders and chapter in self.fallback:
             from ddlstudy.records import reference
 
-            # 07: every cell's runs; 08-10: the chapter's own table, computed from all its runs
+            # 07: every cell's runs; 08-11: the chapter's own table, computed from all its runs
             # (a table the reference lacks: 'not measured', saying which chapter to run)
             cells = (reference.load(chapter) if name == "summary"
                      else reference.load_table(chapter, name))
