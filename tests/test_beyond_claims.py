@@ -1,12 +1,11 @@
 """ZeRO's communication-volume claims (Rajbhandari 2020, Sec. 7.2) on synthetic chapter 11
 records: agrees, differs, inconclusive, too few runs, missing input, and counted bytes with no
-run-to-run spread (set by the algorithm: no interval, said so)."""
+run-to-run spread (an exact count: decided from 5 runs as one, "counted, exact in all N runs")."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -87,14 +86,28 @@ def test_analytic_bytes_are_not_used(tmp_path: Path) -> None:
     assert row["verdict"] == engine.NOT_MEASURED
 
 
-@pytest.mark.parametrize(("ratio", "where"), [(1.0, "inside"), (1.25, "outside")])
-def test_counted_bytes_without_spread_are_set_by_the_algorithm(tmp_path: Path, ratio: float,
-                                                               where: str) -> None:
-    run = _records(tmp_path, ratio, [1.0] * 5)
-    row = engine.evaluate(CLAIM["zero_stage1_same_volume"], run, FOLDERS)[0]
-    assert row["verdict"] == engine.SET_BY_CONFIG
-    assert f"ratio {ratio:.4f}, {where} the claim's [0.98, 1.02]" in row["reason"]
-    assert "tests the implementation" in row["reason"] and np.isnan(row["value"])
+@pytest.mark.parametrize(("claim_id", "strategy", "ratio", "verdict", "where"), [
+    ("zero_stage1_same_volume", "zero1", 1.0, engine.AGREES, "inside the margins [0.98, 1.02]"),
+    ("zero_stage1_same_volume", "zero1", 1.25, engine.DIFFERS, "outside the margins [0.98, 1.02]"),
+    ("zero_stage3_1_5x_volume", "zero3", 1.5, engine.AGREES, "inside the margins [1.35, 1.65]"),
+    ("zero_stage3_1_5x_volume", "zero3", 2.0, engine.DIFFERS, "outside the margins [1.35, 1.65]"),
+])
+def test_counted_bytes_without_spread_are_exact(tmp_path: Path, claim_id: str, strategy: str,
+                                                ratio: float, verdict: str, where: str) -> None:
+    """The same count in every run: an exact result of the implementation, decided as one."""
+    run = _records(tmp_path, ratio, [1.0] * 5, strategy)
+    row = engine.evaluate(CLAIM[claim_id], run, FOLDERS)[0]
+    assert row["verdict"] == verdict and row["method"] == "exact", row["reason"]
+    want = f"{verdict}: counted, exact in all 5 runs: value {ratio:.4g} lies {where}"
+    assert row["reason"] == want
+    assert row["value"] == row["ci_low"] == row["ci_high"] == pytest.approx(ratio)
+
+
+def test_counted_bytes_in_four_runs_stay_undecided(tmp_path: Path) -> None:
+    row = engine.evaluate(CLAIM["zero_stage3_1_5x_volume"], _records(tmp_path, 1.5, [1.0] * 4,
+                                                                     "zero3"), FOLDERS)[0]
+    assert row["verdict"] == engine.INCONCLUSIVE
+    assert row["reason"].startswith("inconclusive: 4 runs (needs 5)")
 
 
 def test_claims_say_bytes_are_set_by_the_algorithm() -> None:
