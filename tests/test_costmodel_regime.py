@@ -91,3 +91,23 @@ def test_regime_map_shows_every_testbed_labelled_analytic():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert sum("analytic" in t for t in labels) >= 2
     matplotlib.pyplot.close(fig)
+
+
+def test_measured_markers_keep_testbeds_and_multi_gpu_nodes_apart():
+    """A testbed's ring cells on the same profile (another replayed device, 8 engines per node)
+    neither join the study's own marker nor make one: the map is drawn at 1 GPU per node."""
+    from pathlib import Path
+
+    from ddlstudy.analysis.costmodel.regime import _cell_points
+
+    ref = Path(__file__).resolve().parents[1] / "results" / "reference"
+    cells = M.read_cells([ref])
+    own = _cell_points(cells, "resnet50", 6)
+    ring = cells[(cells["network"] == "10GbE") & (cells["strategy"] == "allreduce")
+                 & (cells["model"] == "resnet50")]
+    extra = ring[ring["workers"].isin([1, 6])].copy()
+    extra["replay_source"], extra["gpus_per_node"] = "testbed-wang_nchc_10gbe", 8
+    extra["wall_s"] = extra["wall_s"] * 50  # a very different step: would move a mixed median
+    more = _cell_points(pd.concat([cells, extra], ignore_index=True), "resnet50", 6)
+    pd.testing.assert_frame_equal(own, more)
+    assert (own["label"] == "measured (emulated)").all() and len(own) >= 2

@@ -116,13 +116,16 @@ def _testbed_points(model: str, shape: str) -> pd.DataFrame:
 
 
 def _cell_points(cells: pd.DataFrame, model: str, workers: int) -> pd.DataFrame:
-    """Measured ring cells of `model`: x = the replayed compute in cluster seconds (replay_s x
-    time_dilation x network_scale), y = the profile's rate; efficiency measured against the
-    same profile's 1-worker cell."""
+    """Measured ring cells of `model` at one engine per node (the map's setting): x = the
+    replayed compute in cluster seconds (replay_s x time_dilation x network_scale), y = the
+    profile's rate; efficiency measured against the 1-worker cell of the same profile and
+    replayed device (a testbed's cells never mix with the study's own on the same profile)."""
     usable, _ = _usable(cells)
     ring = usable[(usable["strategy"] == "allreduce") & (usable["model"] == model)]
+    gpn = ring["gpus_per_node"].fillna(1).astype(int) if "gpus_per_node" in ring else 1
+    ring = ring[gpn == 1]
     rows = []
-    for net, part in ring.groupby("network"):
+    for (net, _src), part in ring.groupby(["network", ring["replay_source"].fillna("")]):
         per = (part["wall_s"] / part["steps"]).groupby(part["workers"].astype(int)).median()
         if 1 not in per.index or workers not in per.index:
             continue
