@@ -22,18 +22,37 @@ def reference_dir() -> Path:
     return records.project_root() / "results" / "reference"
 
 
-def load(chapter: str, root: Path | None = None) -> pd.DataFrame:
+def code_version(meta: dict[str, Any]) -> tuple[str, bool]:
+    """(git sha, committed) of the code that wrote a run. A run from a tree with uncommitted
+    changes (`+dirty`) counts as committed only when `certify` found a commit whose package code
+    is byte-for-byte the code it ran (its `code_commit`); that commit is then its sha."""
+    sha = str(meta.get("git_sha") or "?")
+    if not sha.endswith("+dirty"):
+        return sha, True
+    commit = meta.get("code_commit")
+    return (str(commit), True) if commit else (sha, False)
+
+
+def load(chapter: str, root: Path | None = None, *,
+         uncommitted: bool = False) -> pd.DataFrame:
     """Every finished run of a reference chapter's cells (one row per run, `repeat` from its
     folder: 0 = the cell folder, k = r<k>), with the host, date and git sha it was measured with
-    (columns ref_host, ref_created, ref_git_sha); empty if none."""
+    (columns ref_host, ref_created, ref_git_sha); empty if none. Runs of uncommitted code
+    (`code_version`) are not reference material and are left out unless `uncommitted`; how many
+    were left out is in the frame's attrs["uncommitted_left_out"] (`label` says it)."""
     base = (root or reference_dir()) / chapter / "runs"
     rows = []
+    left_out = 0
     for path in sorted(base.rglob("summary.csv")):
         meta_path = path.parent / "meta.json"
         if not meta_path.exists():
             continue
         meta = records.read_meta(path.parent)
         if meta.get("status") != "ok":
+            continue
+        sha, committed = code_version(meta)
+        if not committed and not uncommitted:
+            left_out += 1
             continue
         name = path.parent.name
         df = pd.read_csv(path)
@@ -45,34 +64,46 @@ def load(chapter: str, root: Path | None = None) -> pd.DataFrame:
         df = df.drop(columns=[c for c in ("repeat",) if c in df])
         rows.append(with_identity(df, meta).assign(
             repeat=repeat, ref_host=meta.get("host", {}).get("hostname", "?"),
-            ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?")))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+            ref_created=str(meta.get("created", "?")), ref_git_sha=sha))
+    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    table.attrs["uncommitted_left_out"] = left_out
+    return table
 
 
 def load_table(chapter: str, name: str, root: Path | None = None) -> pd.DataFrame:
     """A reference chapter's own table `name`.csv (chapters 08-10 compute theirs from all their
     runs: bracketing.csv, sweep.csv, ...), with the chapter's host, date and git sha (ref_host,
-    ref_created, ref_git_sha, from its meta.json); empty if none."""
+    ref_created, ref_git_sha, from its meta.json); empty if none. A table whose rows carry their
+    own run's provenance (run_host, run_created, run_git_sha: chapter 09's malik.csv, measured
+    in a later sitting than the chapter's meta.json) keeps it, row by row."""
     folder = (root or reference_dir()) / chapter
     path = folder / f"{name}.csv"
     if not path.exists() or not (folder / "meta.json").exists():
         return pd.DataFrame()
     meta = records.read_meta(folder)
-    return pd.read_csv(path).assign(
+    df = pd.read_csv(path)
+    own = {"ref_host": "run_host", "ref_created": "run_created", "ref_git_sha": "run_git_sha"}
+    if set(own.values()) <= set(df):
+        return df.assign(**{ref: df[run].astype(str) for ref, run in own.items()})
+    return df.assign(
         ref_host=(meta.get("host") or {}).get("hostname", "?"),
         ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?"))
 
 
 def label(cells: pd.DataFrame) -> str:
-    """'reference run: <host>, <first date> to <last date>, git <sha(s)>' for these cells."""
+    """'reference run: <host>, <first date> to <last date>, git <sha(s)>' for these cells, and
+    how many runs of uncommitted code `load` left out."""
+    gone = int(cells.attrs.get("uncommitted_left_out", 0))
+    note = (f"; {gone} run(s) of uncommitted code left out (not reference material)"
+            if gone else "")
     if cells.empty:
-        return "reference run: none committed (run `make reference` as root)"
+        return f"reference run: none committed (run `make reference` as root){note}"
     dates = sorted(c[:10] for c in cells["ref_created"].astype(str))
     span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
     shas = sorted({str(s)[:7] + ("+dirty" if str(s).endswith("+dirty") else "")
                    for s in cells["ref_git_sha"]})
     hosts = ", ".join(sorted(set(cells["ref_host"].astype(str))))
-    return f"reference run: {hosts}, {span}, git {', '.join(shas)} ({len(cells)} cells)"
+    return f"reference run: {hosts}, {span}, git {', '.join(shas)} ({len(cells)} cells){note}"
 
 
 # ----------------------------------------------------------------------------- adding runs
@@ -231,17 +262,19 @@ def append_summary(chapter: Path, new_runs: list[tuple[Path, int]]) -> pd.DataFr
 
 
 def rebuild_summary(chapter: Path) -> pd.DataFrame:
-    """`chapter`/summary.csv as every finished run of every cell, one row each, with its
+    """`chapter`/summary.csv as every finished run of committed code (`code_version`) of every
+    cell, one row each, with its
     `repeat` (0 = the cell folder, k = r<k>), `reused` True and an empty `error`: what the
     chapter's grid writes when it reads its cells back."""
     rows = []
     for cell in _cells(chapter / "runs"):
         for k, run in enumerate(cell_runs(cell)):
-            if records.read_meta(run).get("status") != "ok":
+            meta = records.read_meta(run)
+            if meta.get("status") != "ok" or not code_version(meta)[1]:
                 continue
             df = pd.read_csv(run / "summary.csv")
             df = df.drop(columns=[c for c in ("repeat", "reused", "error") if c in df])
-            rows.append(with_identity(df, records.read_meta(run)).assign(
+            rows.append(with_identity(df, meta).assign(
                 repeat=k, reused=True, error=""))
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
     if not table.empty:
@@ -251,8 +284,67 @@ def rebuild_summary(chapter: Path) -> pd.DataFrame:
     return table
 
 
+# ----------------------------------------------------------------------------- certifying code
+def _package_digest(repo: Path, commit: str, cache: dict[str, str]) -> str | None:
+    """code_digest of lib/ddlstudy as committed in `commit` (None where it has none), cached by
+    the package's git tree id (most commits leave it unchanged)."""
+    import subprocess
+    import tarfile
+    import tempfile
+
+    from ddlstudy.records.resume import code_digest
+
+    tree = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify",
+                           f"{commit}:lib/ddlstudy"], capture_output=True, text=True)
+    if tree.returncode != 0:
+        return None
+    key = tree.stdout.strip()
+    if key not in cache:
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(["git", "-C", str(repo), "archive", "-o",
+                                      f"{tmp}/p.tar", commit, "lib/ddlstudy"], check=True)
+            with tarfile.open(f"{tmp}/p.tar") as tar:
+                tar.extractall(tmp, filter="data")
+            cache[key] = code_digest(Path(tmp) / "lib" / "ddlstudy")
+    return cache[key]
+
+
+def certify(root: Path, repo: Path | None = None, window: int = 120) -> dict[str, str | None]:
+    """For every run under `root` written from a tree with uncommitted changes (`+dirty`) and
+    not yet certified: look for a commit, from the run's own sha up to `window` commits later,
+    whose lib/ddlstudy has the run's `code_digest` (the code it ran, byte for byte); write it
+    into the run's meta.json as `code_commit`. Returns run folder -> commit (None: no commit
+    holds that code, so the run stays out of the reference, see `load`)."""
+    import subprocess
+
+    from ddlstudy.records.resume import write_json_atomic
+
+    repo = repo or records.project_root()
+    history = subprocess.run(["git", "-C", str(repo), "rev-list", "--reverse", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    cache: dict[str, str] = {}
+    found: dict[str, str | None] = {}
+    by_digest: dict[str, str | None] = {}
+    for meta_path in sorted(root.rglob("meta.json")):
+        meta = records.read_meta(meta_path.parent)
+        sha = str(meta.get("git_sha") or "")
+        if not sha.endswith("+dirty") or meta.get("code_commit"):
+            continue
+        digest, base = str(meta.get("code_digest") or ""), sha.removesuffix("+dirty")
+        if digest not in by_digest:
+            start = history.index(base) if base in history else len(history)
+            by_digest[digest] = next(
+                (c for c in history[start:start + window]
+                 if digest and _package_digest(repo, c, cache) == digest), None)
+        commit = by_digest[digest]
+        found[str(meta_path.parent)] = commit
+        if commit:
+            write_json_atomic(meta_path, {**meta, "code_commit": commit})
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ddlstudy.records.reference add-runs SRC DEST`."""
+    """`python -m ddlstudy.records.reference add-runs SRC DEST` | `certify [DIR]`."""
     import argparse
     import sys
 
@@ -263,7 +355,21 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("add-runs", help="copy SRC's finished runs into DEST, rebuild summary")
     a.add_argument("src")
     a.add_argument("dest")
+    c = sub.add_parser("certify", help="name the commit whose package code a +dirty run ran")
+    c.add_argument("dir", nargs="?", default=None, help="default: results/reference")
     args = parser.parse_args(argv)
+    if args.cmd == "certify":
+        root = Path(args.dir) if args.dir else reference_dir()
+        if not root.is_dir():
+            print(f"error: {root} is not a folder: give a reference folder", file=sys.stderr)
+            return 2
+        found = certify(root)
+        for run, commit in found.items():
+            print(f"{Path(run).relative_to(root)}: "
+                  f"{commit[:7] if commit else 'no commit holds its code: left out'}")
+        print(f"{sum(bool(c) for c in found.values())} of {len(found)} uncommitted runs "
+              "certified")
+        return 0
     src, dest = Path(args.src), Path(args.dest)
     for p in (src / "runs", dest if dest.exists() else dest.parent):  # a new chapter: created
         if not p.is_dir():
