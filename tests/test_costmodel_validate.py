@@ -70,3 +70,19 @@ def test_cells_of_several_engines_per_node_are_held_out_and_predicted_with_tiers
     one_per_node["gpus_per_node"] = 1
     flat = M._cell_step(one_per_node, M.SETTINGS_ALONE)
     assert 0 < hier.wire_s < flat.wire_s
+
+
+def test_validate_reports_the_fair_ps_cells_it_finds(tmp_path, capsys):
+    """Cells of ps_overlap / ps_colocated are validated by name: count, settings-alone and
+    held-out errors per strategy (here a ring cell's record relabelled, two workers, S = 1)."""
+    shi = REFERENCE / "03_ps_vs_ring-testbed-shi2019-resnet50" / "summary.csv"
+    rows = pd.read_csv(shi)
+    fake = rows[(rows["strategy"] == "allreduce") & (rows["workers"] == 3)].copy()
+    fake["strategy"], fake["servers"] = "ps_overlap", 1
+    rows = pd.concat([rows, fake], ignore_index=True)
+    (tmp_path / "cells").mkdir()
+    rows.to_csv(tmp_path / "cells" / "summary.csv", index=False)
+    assert M.main(["validate", str(tmp_path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# fair PS"))
+    assert re.search(r"validated on 1 emulated cells, .*held out \d\.\d\d; ps_overlap 1 cells "
+                     r"\d\.\d{3} \(held out \d\.\d\d\)", line), line

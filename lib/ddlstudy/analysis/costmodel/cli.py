@@ -40,6 +40,11 @@ def _fmt(x: float) -> str:
     return "nan" if math.isnan(x) else f"{x:.2f}"
 
 
+def _med(part: pd.DataFrame) -> float:
+    """Median |relative error| of a table's rows (NaN when empty)."""
+    return float(part["rel_error"].abs().median()) if len(part) else math.nan
+
+
 def _validate(dirs: list[str]) -> int:
     try:
         cells = read_cells(dirs)
@@ -88,9 +93,13 @@ def _validate(dirs: list[str]) -> int:
               f"{_fmt(float(part['rel_error'].abs().median()) if len(part) else math.nan)}")
     newer = [s for s in STEP_STRATEGIES if get_strategy(s).step_model in NEWER_STEP_MODELS]
     have = alone[alone["strategy"].isin(newer)]
+    held_new = out[out["strategy"].isin(newer)]
     print("# fair PS and sharded strategies (" + ", ".join(newer) + "): " + (
         f"validated on {len(have)} emulated cells, median relative error (settings alone) "
-        f"{have['rel_error'].abs().median():.3f}" if len(have) else
+        f"{have['rel_error'].abs().median():.3f}, held out {_fmt(_med(held_new))}; " + ", ".join(
+            f"{s} {len(p)} cells {_med(p):.3f} (held out "
+            f"{_fmt(_med(held_new[held_new['strategy'] == s]))})"
+            for s, p in have.groupby("strategy")) if len(have) else
         "step model not validated: no emulated cell of them in " + ", ".join(dirs)))
     print(f"# (c) settings alone: all {len(alone)} usable cells with every fitted constant at "
           f"zero (link factor 1, no host cost); per strategy: " + ", ".join(
