@@ -143,7 +143,7 @@ def test_claims_fall_back_to_the_reference_run_labelled(tmp_path: Path, no_refer
                    "network": "IB-EDR", "images_per_sec": rate * (1 + 0.01 * ((r + workers) % 3)),
                    "error": ""}
             records.write_table(pd.DataFrame([row]), cell, "summary")
-            records.write_meta(cell, row, status="ok")
+            records.write_meta(cell, row, status="ok", git_sha="c0ffee1")  # committed code
     (row,) = _rows(C.claims_table(tmp_path, {}), "malik_horovod_linear_resnet50").to_dict(
         "records")
     assert row["verdict"] == "agrees" and row["source"].startswith("reference run: ")

@@ -20,7 +20,8 @@ def _cell(root: Path, name: str, workers: int, status: str = "ok") -> None:
                                        "images_per_sec": 10.0 * workers,
                                        "network": "10GbE", "network_scale": 0.02}]),
                         folder, "summary")
-    records.write_meta(folder, {"workers": workers}, status=status)
+    # a committed tree's sha, whatever state this checkout is in (a +dirty run is left out)
+    records.write_meta(folder, {"workers": workers}, status=status, git_sha="c0ffee1")
 
 
 def test_reference_cells_load_with_their_label(tmp_path: Path) -> None:

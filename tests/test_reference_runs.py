@@ -163,3 +163,66 @@ def test_add_runs_refuses_runs_of_another_testbed(tmp_path: Path) -> None:
         assert "testbed: 'none' -> 'shi2019'" in str(err)
     else:
         raise AssertionError("runs of testbed shi2019 were pooled with the study's own")
+
+
+def _dirty_run(folder: Path, value: float, sha: str, digest: str) -> None:
+    _run(folder, value)
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "git_sha": f"{sha}+dirty",
+                                                  "code_digest": digest}))
+
+
+def test_runs_of_uncommitted_code_are_left_out_and_said(tmp_path: Path) -> None:
+    """A run from a tree with uncommitted changes is not reference material: `load` leaves it
+    out and the label says how many; once `code_commit` names the commit that holds its code
+    it counts, under that commit's sha."""
+    cell = tmp_path / "ch" / "runs" / "ps_sync-1srv_resnet50_x2_replay"
+    _run(cell, 100.0)
+    _dirty_run(cell / "r1", 101.0, "d" * 40, "x")
+    cells = reference.load("ch", root=tmp_path)
+    assert cells["images_per_sec_cluster"].tolist() == [100.0]
+    assert "1 run(s) of uncommitted code left out" in reference.label(cells)
+    assert len(reference.load("ch", root=tmp_path, uncommitted=True)) == 2
+    meta = json.loads((cell / "r1" / "meta.json").read_text())
+    (cell / "r1" / "meta.json").write_text(json.dumps({**meta, "code_commit": "c" * 40}))
+    cells = reference.load("ch", root=tmp_path)
+    assert sorted(cells["ref_git_sha"]) == ["abc", "c" * 40]
+    assert "left out" not in reference.label(cells)
+    assert reference.rebuild_summary(tmp_path / "ch")["repeat"].tolist() == [0, 1]
+
+
+def test_certify_finds_the_commit_that_holds_a_dirty_runs_code(tmp_path: Path) -> None:
+    """A real git repository: commit A, a run measured with A's tree plus an edit (+dirty), the
+    edit committed as B; certify names B for that run and nothing for a run whose code no
+    commit holds."""
+    import subprocess
+
+    from ddlstudy.records.resume import code_digest
+
+    repo = tmp_path / "repo"
+    pkg = repo / "lib" / "ddlstudy"
+    pkg.mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (pkg / "m.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    a = git("rev-parse", "HEAD")
+    (pkg / "m.py").write_text("x = 2\n")          # the run's uncommitted edit
+    edited = code_digest(pkg)
+    git("commit", "-qam", "B")
+    b = git("rev-parse", "HEAD")
+    root = tmp_path / "ref"
+    _dirty_run(root / "ch" / "runs" / "c1", 1.0, a, edited)
+    _dirty_run(root / "ch" / "runs" / "c2", 2.0, a, "no-such-code")
+    found = reference.certify(root, repo=repo)
+    assert found == {str(root / "ch" / "runs" / "c1"): b, str(root / "ch" / "runs" / "c2"): None}
+    assert json.loads((root / "ch" / "runs" / "c1" / "meta.json").read_text())["code_commit"] == b
+    assert reference.code_version(json.loads(
+        (root / "ch" / "runs" / "c2" / "meta.json").read_text())) == (f"{a}+dirty", False)

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ddlstudy.chapters.registry import chapter_rows
+from ddlstudy.records.reference import code_version
 from ddlstudy.records.store import project_root
 from ddlstudy.registry import markdown_table
 
@@ -49,15 +50,18 @@ def provenance(ref: Path) -> str:
     metas = [json.loads(p.read_text())
              for p in sorted(ref.glob(f"{EMULATED_03}*/runs/**/meta.json"))]
     metas = [m for m in metas if m.get("status", "ok") == "ok"]
+    left_out = sum(not code_version(m)[1] for m in metas)
+    metas = [m for m in metas if code_version(m)[1]]  # uncommitted code: not reference material
     days = sorted({m["created"][:10] for m in metas})
-    shas = sorted({m["git_sha"][:7] + ("+dirty" if m["git_sha"].endswith("+dirty") else "")
-                   for m in metas})
+    shas = sorted({code_version(m)[0][:7] for m in metas})
     hosts = sorted({f"{m['host']['hostname']} ({m['host']['cpu_count']} cores)" for m in metas})
     loads = [m["host"]["load_avg"][0] for m in metas if m.get("host", {}).get("load_avg")]
     load = (f", 1-min load {min(loads):.1f}-{max(loads):.1f} on {len(loads)} of {len(metas)} "
             "runs" if loads else "")
+    gone = (f"; {left_out} runs of uncommitted code left out (not reference material)"
+            if left_out else "")
     return (f"`results/reference`, {len(metas)} runs measured {', '.join(days)} on "
-            f"{', '.join(hosts)}{load}, code {', '.join(shas)}")
+            f"{', '.join(hosts)}{load}, code {', '.join(shas)}{gone}")
 
 
 def _range(values: pd.Series, fmt: str = ".0f") -> str:
