@@ -155,7 +155,13 @@ def text(W: Sweep) -> str:
 
 def malik(W: Sweep) -> pd.Series | pd.DataFrame:
     """Malik 2018's sweep on shaped links (malik.csv) where namespaces work and it is asked
-    for; median cluster-equivalent images/sec per model and batch (empty when not run)."""
+    for; median cluster-equivalent images/sec per model and batch (empty when not run).
+
+    Each (model, batch) cell runs `malik_repeats` times as independent runs (its own process
+    group and seed P.seed + r), interleaved: run r of every cell before run r + 1 of any, so a
+    change of the host's load spreads over all cells instead of one. malik.csv keeps every timed
+    chunk with its run (`repeat`, `seed`) and the run's provenance (`run_created`,
+    `run_git_sha`, `run_host`, `load_1min` from its meta.json)."""
     P, S = W.P, W.S
     live, why_not = netem.available()
     if not W.emulated or not S.malik_models:
@@ -164,12 +170,7 @@ def malik(W: Sweep) -> pd.Series | pd.DataFrame:
     if not live:
         print(f"Malik 2018's emulated sweep: not run ({why_not}).")
         return W.malik
-    base = TrainConfig(dataset="synthetic", shape="imagenet", strategy="allreduce",
-                       algorithm="ring_pipelined", workers=S.malik_workers, steps=S.malik_steps,
-                       warmup_steps=1, compute="replay", replay_source="gpu", seed=P.seed,
-                       overlap=True)
-    plan = [replace(base, model=m, batch_size=bs).validate()
-            for m in S.malik_models for bs in S.malik_batch_sizes]
+    plan = malik_plan(P, S)
     N = P.network
     with emulated_cluster(S.malik_profile, S.malik_workers, N.scale, offload_off=not N.offload,
                           start_timeout_s=P.cluster.start_timeout_s,
@@ -180,10 +181,41 @@ def malik(W: Sweep) -> pd.Series | pd.DataFrame:
     failed = runs[runs["error"] != ""]
     assert failed.empty, ("runs failed: "
                           f"{failed[['model', 'batch_size', 'error']].to_dict('records')}")
-    W.malik = dynamics.chunk_rates(runs[["folder", "model", "batch_size", "workers"]])
+    runs = runs.assign(repeat=runs["seed"] - P.seed)
+    W.malik = _provenance(dynamics.chunk_rates(
+        runs[["folder", "model", "batch_size", "workers", "seed", "repeat"]]), runs)
     records.write_table(W.malik, W.out, "malik")
     print(f"links: {W.net.get('profile')} x {W.net.get('scale')}")
     return W.malik.groupby(["model", "batch_size"])["images_per_sec_cluster"].median()
+
+
+def malik_plan(P: Any, S: Any) -> list[TrainConfig]:
+    """Malik 2018's cells (model x batch), each `malik_repeats` times with seed P.seed + r,
+    run r of every cell before run r + 1 of any (interleaved)."""
+    base = TrainConfig(dataset="synthetic", shape="imagenet", strategy="allreduce",
+                       algorithm="ring_pipelined", workers=S.malik_workers, steps=S.malik_steps,
+                       warmup_steps=1, compute="replay", replay_source="gpu", seed=P.seed,
+                       overlap=True)
+    return [replace(base, model=m, batch_size=bs, seed=P.seed + r).validate()
+            for r in range(S.malik_repeats) for m in S.malik_models
+            for bs in S.malik_batch_sizes]
+
+
+def _provenance(chunks: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """`chunks` with each run's host, date, git sha and 1-min load (its meta.json), so pooled
+    or committed rows still say when and by which code each run was measured."""
+    if chunks.empty:
+        return chunks
+    info = []
+    for row in runs.to_dict("records"):
+        meta = records.read_meta(Path(row["folder"]))
+        host = meta.get("host") or {}
+        load = host.get("load_avg") or [float("nan")]
+        info.append({"seed": row["seed"], "model": row["model"],
+                     "batch_size": row["batch_size"], "run_host": host.get("hostname", "?"),
+                     "run_created": str(meta.get("created", "?")),
+                     "run_git_sha": str(meta.get("git_sha", "?")), "load_1min": load[0]})
+    return chunks.merge(pd.DataFrame(info), on=["seed", "model", "batch_size"], how="left")
 
 
 def malik_figure(W: Sweep) -> None:

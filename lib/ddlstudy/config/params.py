@@ -587,6 +587,8 @@ class BatchSizeParams(_Section):
     malik_workers: int = Field(2, ge=1, le=64)
     malik_profile: str = "10GbE"
     malik_steps: int = Field(3, ge=1, le=1_000_000)
+    malik_repeats: int = Field(1, ge=1, le=100, description="independent runs per (model, "
+                               "batch) cell, interleaved; a claim decides only from 5")
 
     @field_validator("batch_sizes", "malik_batch_sizes")
     @classmethod
