@@ -114,3 +114,24 @@ def test_real_powersgd_sends_fewer_bytes_and_is_scored_on_the_same_seeds(tmp_pat
     assert cost.loc["ddp_powersgd1", "bytes_ratio"] < 0.5  # rank 1: far fewer bytes
     assert cost.loc["ddp", "test_accuracy"] > 0.3  # learned: well above chance (0.1)
     assert 0.0 < cost.loc["ddp_powersgd1", "test_accuracy"] <= 1.0
+
+
+def test_accuracy_settings_are_stated_and_an_absent_data_set_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The accuracy line names what the runs trained; MNIST missing from data.root skips the
+    accuracy runs with one line (and the chapter's text says so) instead of failing 20 runs."""
+    runs = pd.DataFrame([{"strategy": s, "seed": 0, "test_accuracy": 0.97, "error": "",
+                          "bytes_sent_per_step": b, "model": "shallow_cnn", "dataset": "mnist",
+                          "workers": 2, "batch_size": 64, "steps": 398, "lr": 0.05}
+                         for s, b in (("ddp", 1000.0), ("ddp_powersgd2", 12.5))])
+    text = ch.summary_lines(pd.DataFrame(columns=["strategy"]), pd.DataFrame(columns=["arm"]),
+                            acc=ch.accuracy_costs(runs, "ddp"))
+    assert ("Accuracy runs: shallow_cnn on mnist, 2 workers x batch 64, 400 steps (51,200 "
+            "images, 2 of the steps warm-up)") in text and "0.0125x its bytes" in text
+    P = load_params(*FILES)
+    P = P.model_copy(update={"data": P.data.model_copy(update={"root": str(tmp_path / "none")})})
+    S = ch.setup(P, tmp_path, straggler_arms=[], accuracy_model="shallow_cnn",
+                 accuracy_dataset="mnist", accuracy_steps=10)
+    assert ch.accuracy(S).empty and not (tmp_path / ch.NAME / "accuracy.csv").exists()
+    assert capsys.readouterr().out.count("Accuracy runs skipped: mnist not available") == 1
+    assert "run `make data`" in ch.text(S)

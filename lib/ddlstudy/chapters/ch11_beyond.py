@@ -44,6 +44,7 @@ class Beyond:
     straggler_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     slowdown: pd.DataFrame = field(default_factory=pd.DataFrame)
     accuracy_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
+    accuracy_skipped: str = ""
     net: dict[str, Any] = field(default_factory=dict)
 
 
@@ -83,9 +84,14 @@ def describe(S: Beyond) -> str:
             f"{'/'.join(f'{f:g}' for f in B.straggler_factors)}"
             + (f" + {B.straggler_delay_s:g} s per step" if B.straggler_delay_s else "")
             if B.straggler_arms else "")
+    length = (f"{ACCURACY_WARMUP} warm-up + {B.accuracy_steps} steps" if B.accuracy_steps
+              else f"{B.accuracy_epochs} epoch(s)")
+    acc = (f"; accuracy: {', '.join(B.accuracy_strategies)} x {len(B.accuracy_seeds)} seeds, "
+           f"{B.accuracy_model} on {B.accuracy_dataset}, {B.accuracy_workers} workers x batch "
+           f"{B.accuracy_batch_size}, {length}" if B.accuracy_strategies else "")
     return (f"{len(S.configs)} strategies ({', '.join(B.strategies)}) x {B.repeats} repeat(s) "
             f"on {B.model}, {B.workers} workers x batch {B.batch_size}, {B.warmup_steps} warm-up"
-            f" + {B.steps} steps; {where}{slow}")
+            f" + {B.steps} steps; {where}{slow}{acc}")
 
 
 def _cluster(S: Beyond, engines: int) -> Any:
@@ -176,19 +182,27 @@ def stragglers(S: Beyond) -> pd.DataFrame:
 
 def accuracy(S: Beyond) -> pd.DataFrame:
     """Compression's accuracy cost in chapter 08's terms: each of `accuracy_strategies` trained
-    `accuracy_epochs` on a real data set once per seed (the same seeds for all, local engines,
-    real compute); final test accuracy minus the first strategy's (uncompressed), paired by
-    seed. Writes accuracy.csv (one row per run) and accuracy_cost.csv."""
+    `accuracy_epochs` (or `accuracy_steps`, a first part of one epoch, where 2 shared cores
+    cannot afford whole epochs) on a real data set once per seed (the same seeds for all, local
+    engines, real compute); final test accuracy minus the first strategy's (uncompressed),
+    paired by seed. Writes accuracy.csv (one row per run) and accuracy_cost.csv."""
     from ddlstudy.experiments import grid
+    from ddlstudy.experiments.dynamics import missing_dataset
     from ddlstudy.train.config import TrainConfig
 
     B = S.B
-    if not B.accuracy_strategies:
+    absent = missing_dataset(B.accuracy_dataset, str(S.P.data.path()), S.P.data.verify)
+    if absent:
+        S.accuracy_skipped = f"Accuracy runs skipped: {absent}"
+        print(f"{S.accuracy_skipped}.")
+    if not B.accuracy_strategies or absent:
         S.accuracy_cost = pd.DataFrame(columns=ACCURACY_COLUMNS)
         return S.accuracy_cost
     configs = [TrainConfig(model=B.accuracy_model, dataset=B.accuracy_dataset, strategy=st,
                            workers=B.accuracy_workers, batch_size=B.accuracy_batch_size,
-                           epochs=B.accuracy_epochs, lr=B.accuracy_lr, seed=seed,
+                           epochs=None if B.accuracy_steps else B.accuracy_epochs,
+                           steps=B.accuracy_steps or 1, warmup_steps=ACCURACY_WARMUP,
+                           lr=B.accuracy_lr, seed=seed,
                            model_kwargs=MLP_KW if B.accuracy_model == "mlp" else {},
                            data_root=str(S.P.data.path()), verify_data=S.P.data.verify
                            ).validate()
@@ -207,11 +221,28 @@ def accuracy(S: Beyond) -> pd.DataFrame:
     return S.accuracy_cost
 
 
+# torch's PowerSGD hook all-reduces plain gradients for its first 2 steps (start_powerSGD_iter):
+# as warm-up they stay out of the bytes per step, and every arm takes them alike
+ACCURACY_WARMUP = 2
 # relu, as chapter 08's short settings: the sigmoid MLP (Fourie 2019's) barely moves off chance
 # on digits in a few epochs, and a chance-level model cannot show an accuracy cost
 MLP_KW = {"activation": "relu"}
 ACCURACY_COLUMNS = ["strategy", "baseline", "test_accuracy", "accuracy_diff", "ci_low",
-                    "ci_high", "runs", "bytes_ratio"]
+                    "ci_high", "runs", "bytes_ratio", "settings"]
+
+
+def accuracy_settings(runs: pd.DataFrame) -> str:
+    """What the accuracy runs trained, from their rows: model, data set, workers x batch, steps
+    (warm-up + timed), images seen and lr; '' when the rows lack a column."""
+    need = {"model", "dataset", "workers", "batch_size", "steps", "lr"}
+    if runs.empty or not need <= set(runs):
+        return ""
+    r = runs.iloc[0]
+    n, b = int(r["workers"]), int(r["batch_size"])
+    steps = int(r["steps"]) + ACCURACY_WARMUP
+    return (f"{r['model']} on {r['dataset']}, {n} workers x batch {b}, {steps} steps "
+            f"({steps * n * b:,} images, {ACCURACY_WARMUP} of the steps warm-up), plain SGD at "
+            f"lr {float(r['lr']):g}, local engines, real compute")
 
 
 def accuracy_costs(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
@@ -219,6 +250,7 @@ def accuracy_costs(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
     seed with a bootstrap interval, and bytes per step relative to the baseline's."""
     ok = runs[runs["error"].fillna("").astype(str) == ""] if "error" in runs else runs
     base = ok[ok["strategy"] == baseline].set_index("seed")
+    settings = accuracy_settings(ok)
     out = []
     for strategy, part in ok.groupby("strategy", sort=False):
         p = part.set_index("seed")
@@ -229,7 +261,7 @@ def accuracy_costs(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
         out.append({"strategy": strategy, "baseline": baseline,
                     "test_accuracy": float(part["test_accuracy"].median()),
                     "accuracy_diff": d.value, "ci_low": d.low, "ci_high": d.high, "runs": d.n,
-                    "bytes_ratio": b.value})
+                    "bytes_ratio": b.value, "settings": settings})
     return pd.DataFrame(out, columns=ACCURACY_COLUMNS)
 
 
@@ -268,7 +300,8 @@ def _conditions(S: Beyond) -> str:
 
 def text(S: Beyond) -> str:
     """The chapter's findings, computed from its tables."""
-    return summary_lines(S.bytes_ratio, S.slowdown, _conditions(S), S.accuracy_cost)
+    text = summary_lines(S.bytes_ratio, S.slowdown, _conditions(S), S.accuracy_cost)
+    return text + (f"\n\n- {S.accuracy_skipped}." if S.accuracy_skipped else "")
 
 
 def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "",
@@ -289,7 +322,8 @@ def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "",
             f"images/sec not compared (compute {r.compute_mode} here, the ring's differs)")
         lines.append(f"{r.strategy}: {b}, {rate}, {r.runs} run(s).")
     lines += sentences(slow)
-    for r in (acc if acc is not None else pd.DataFrame()).itertuples():
+    acc = acc if acc is not None else pd.DataFrame()
+    for r in acc.itertuples():
         if r.strategy == r.baseline:
             continue
         ci = (f" [{r.ci_low:+.3f}, {r.ci_high:+.3f}]" if math.isfinite(r.ci_low)
@@ -297,13 +331,16 @@ def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "",
         lines.append(f"{r.strategy}: final test accuracy {r.accuracy_diff:+.3f}{ci} against "
                      f"{r.baseline} (same seeds, {r.runs} runs), at {r.bytes_ratio:.3g}x its "
                      "bytes per step (local engines, real compute).")
+    if len(acc) and str(getattr(acc.iloc[0], "settings", "") or "") not in ("", "nan"):
+        lines.append(f"Accuracy runs: {acc.iloc[0]['settings']}.")
     if cond:
         lines.append(f"Conditions: {cond}.")
     return "\n\n".join(f"- {x}" for x in lines) or "No run finished."
 
 
 def summary(folder: Path) -> str:
-    """The book's sentence for this chapter, from bytes_ratio.csv and straggler_slowdown.csv."""
+    """The book's sentence for this chapter, from bytes_ratio.csv, straggler_slowdown.csv and
+    accuracy_cost.csv."""
     folder = Path(folder)
     path = folder / "bytes_ratio.csv"
     if not path.exists():
@@ -321,5 +358,10 @@ def summary(folder: Path) -> str:
         best = slow.loc[slow["ratio"].idxmax()]
         parts.append(f"with one straggler, {worst['arm']} kept {worst['ratio']:.2f} of its rate "
                      f"and {best['arm']} {best['ratio']:.2f}")
+    acc_path = folder / "accuracy_cost.csv"
+    if acc_path.exists() and len(acc := pd.read_csv(acc_path)):
+        parts += [f"{r.strategy}'s final test accuracy was {r.accuracy_diff:+.3f} from "
+                  f"{r.baseline}'s at {r.bytes_ratio:.3g}x its bytes per step"
+                  for r in acc.itertuples() if r.strategy != r.baseline]
     return ("; ".join(parts) + ".") if parts else "No strategy was compared with the ring."
 

@@ -734,6 +734,9 @@ class BeyondParams(_Section):
     accuracy_workers: int = Field(2, ge=2, le=64)
     accuracy_batch_size: int = Field(32, ge=1, le=1 << 16)
     accuracy_epochs: int = Field(3, ge=1, le=1000)
+    accuracy_steps: int | None = Field(None, ge=1, le=1_000_000, description="when set, train "
+                                       "this many steps (after 2 warm-up steps) instead of "
+                                       "accuracy_epochs: a first part of one shuffled epoch")
     accuracy_lr: float = Field(0.5, gt=0, le=100)
     accuracy_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
 

@@ -14,6 +14,7 @@ minimum with error feedback); the study's default 2 warm-up steps cover them.
 
 from __future__ import annotations
 
+import math
 import threading
 from types import ModuleType
 from typing import Any, ClassVar
@@ -39,6 +40,23 @@ class _CountingDist:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+def powersgd_elements(shapes: list[tuple[int, ...]], rank: int,
+                      min_compression_rate: float = 2.0) -> int:
+    """Elements torch's powerSGD_hook all-reduces per step (after its plain warm-up steps) for
+    gradients of these `shapes`: per tensor viewed as (shape[0], rest), P and Q of
+    (rows + cols) x min(rows, cols, rank) when that is under 1 / `min_compression_rate` of
+    rows x cols, else the tensor itself (biases always). Why: the counted bytes can be checked
+    against the algorithm's own arithmetic (Vogels 2019, Sec. 3), layer by layer."""
+    total = 0
+    for shape in shapes:
+        rows = shape[0] if shape else 1
+        cols = math.prod(shape[1:]) if len(shape) > 1 else 1
+        r = min(rows, cols, rank)
+        compressed = (rows + cols) * r
+        total += compressed if compressed * min_compression_rate < rows * cols else rows * cols
+    return total
 
 
 BF16_REFUSAL = ("BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+ or XPU and "
