@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddlstudy.config.params import CHAPTERS, ParamsError, deep_merge, load_params, parse_size
+from hostile_cases import FILES, LAUNCH, write
 
 MALFORMED = {
     "unknown_key": ("cluster:\n  wokers: 4\n", "cluster.wokers: unknown key"),
@@ -28,70 +29,24 @@ MALFORMED = {
     "min_above_max": ("collectives:\n  min_bytes: 1M\n  max_bytes: 1K\n", "above max_bytes"),
 }
 
-# Hostile or careless input: each is one line naming the problem (issue 12, item 5).
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-    for p, c in zip("abcdefgh", "bcdefghi", strict=True))
-HOSTILE: dict[str, tuple[str | bytes, str]] = {
-    "binary_garbage": (bytes(range(256)) * 4, "binary data"),
-    "nul_in_text": ("run_id: a\x00b\n", "binary data"),
-    "latin1_bytes": (b"run_id: caf\xe9\n", "binary data"),
-    "too_big": ("# " + "x" * (1 << 20) + "\n", "byte limit"),
-    "deep_list": ("[" * 20000 + "]" * 20000 + "\n", "nested"),
-    "deep_mapping": ("".join("  " * i + f"k{i}:\n" for i in range(40)) + "  " * 40 + "v\n",
-                     "nested more than"),
-    "alias_bomb": (BOMB, "expands to more than"),
-    "recursive_alias": ("a: &a [*a]\n", "refers to itself"),
-    "duplicate_top_key": ("run_id: a\nrun_id: b\n", "duplicate key 'run_id'"),
-    "duplicate_nested_key": ("training:\n  steps: 3\n  steps: 4\n", "duplicate key 'steps'"),
-    "run_id_dotdot": ("run_id: '..'\n", "run_id"),
-    "run_id_dot": ("run_id: .\n", "run_id"),
-    "run_id_slash": ("run_id: a/b\n", "run_id"),
-    "run_id_absolute": ("run_id: /tmp/x\n", "run_id"),
-    "run_id_too_long": (f"run_id: {'a' * 65}\n", "run_id"),
-    "timeout_1e300": ("cluster:\n  collective_timeout_s: 1e300\n", "collective_timeout_s"),
-    "timeout_over_a_day": ("cluster:\n  start_timeout_s: 86401\n", "start_timeout_s"),
-    "timeout_negative": ("cluster:\n  collective_timeout_s: -1\n", "collective_timeout_s"),
-    "timeout_nan": ("cluster:\n  collective_timeout_s: .nan\n", "collective_timeout_s"),
-    "cell_timeout_huge": ("report:\n  cell_timeout_s: 99999999\n", "cell_timeout_s"),
-    "lr_inf": ("training:\n  lr: .inf\n", "training.lr"),
-    "lr_zero": ("training:\n  lr: 0\n", "training.lr"),
-    "lr_negative": ("training:\n  lr: -0.1\n", "training.lr"),
-    "lr_text": ("training:\n  lr: fast\n", "training.lr"),
-    "batch_1e8": ("training:\n  batch_size: 100000000\n", "training.batch_size"),
-    "batch_float": ("training:\n  batch_size: 3.5\n", "training.batch_size"),
-    "steps_true": ("training:\n  steps: true\n", "training.steps: a boolean"),
-    "steps_zero": ("training:\n  steps: 0\n", "training.steps"),
-    "workers_bool_in_list": ("training:\n  workers: [true, 2]\n", "boolean"),
-    "cluster_workers_false": ("cluster:\n  workers: false\n", "boolean"),
-    "max_bytes_4096G": ("collectives:\n  max_bytes: 4096G\n", "machine's memory"),
-    "max_bytes_bool": ("collectives:\n  max_bytes: true\n", "collectives.max_bytes"),
-    "min_bytes_zero": ("collectives:\n  min_bytes: 0\n", "at least 1 byte"),
-    "iters_huge": ("collectives:\n  iters: 1000000000\n", "collectives.iters"),
-    "seed_negative": ("seed: -1\n", "seed"),
-    "seed_4301_digits": ("seed: " + "9" * 4301 + "\n", "cannot be read"),
-    "section_not_mapping": ("training: 5\n", "training"),
-    "list_key": ("? [a, b]\n: 1\n", "plain name"),
-    "long_bad_value": ("training:\n  models: [" + "x" * 5000 + "]\n", "unknown model"),
-    "interval_hour_plus": ("monitor:\n  interval_s: 7200\n", "monitor.interval_s"),
-    "scale_above_one": ("network:\n  scale: 2\n", "network.scale"),
-    "python_tag": ("run_id: !!python/object/apply:os.system ['true']\n", "not valid YAML"),
-    "tab_indent": ("training:\n\tsteps: 3\n", "not valid YAML"),
-}
-
-
-def _write(path: Path, content: str | bytes) -> Path:
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    return path
+# Hostile or careless input: each is one line naming the problem (issue 12, item 5); the files
+# are issue 23's (tests/hostile_cases.py), read here layered over params/default.yaml.
+HOSTILE = {case: FILES[case] for case in (
+    "binary_garbage", "nul_in_text", "latin1_bytes", "too_big", "deep_list", "deep_mapping",
+    "alias_bomb", "recursive_alias", "duplicate_top_key", "duplicate_nested_key", "run_id_dotdot",
+    "run_id_dot", "run_id_slash", "run_id_absolute", "run_id_too_long", "timeout_1e300_text",
+    "timeout_over_a_day", "timeout_negative", "timeout_nan", "cell_timeout_huge", "lr_inf",
+    "lr_zero", "lr_negative", "lr_text", "batch_1e8", "batch_float", "steps_true", "steps_zero",
+    "workers_bool_flow", "cluster_workers_false", "max_bytes_4096G", "max_bytes_bool",
+    "min_bytes_zero", "iters_1e9", "seed_negative", "seed_4301_digits", "section_not_mapping",
+    "list_key", "long_bad_value_flow", "interval_two_hours", "scale_above_one", "python_tag",
+    "tab_indent")}
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_file_gives_one_short_line(case: str, tmp_path: Path, repo_root: Path) -> None:
     content, expected = HOSTILE[case]
-    bad = _write(tmp_path / f"{case}.yaml", content)
+    bad = write(tmp_path / f"{case}.yaml", content)
     with pytest.raises(ParamsError) as err:
         load_params(repo_root / "params/default.yaml", bad, check_data=False)
     message = str(err.value)
@@ -102,35 +57,27 @@ def test_hostile_file_gives_one_short_line(case: str, tmp_path: Path, repo_root:
 def test_directory_and_empty_file(tmp_path: Path) -> None:
     with pytest.raises(ParamsError, match="not a regular file"):
         load_params(tmp_path)
-    empty = _write(tmp_path / "empty.yaml", "")
+    empty = write(tmp_path / "empty.yaml", "")
     assert load_params(empty, check_data=False).run_id == "default"  # defaults validate alone
     assert load_params(check_data=False).cluster.workers == 5
 
 
 # A sample through the CLI: exit 2, one line, no traceback, bounded time and memory.
 CLI_SAMPLE = ["binary_garbage", "alias_bomb", "deep_list", "duplicate_top_key", "lr_inf",
-              "timeout_1e300", "run_id_dotdot", "long_bad_value"]
-
-
-# Runs the CLI from a small launcher and prints the CLI's own peak RSS (KB): a child forked from
-# pytest inherits pytest's RSS high-water mark across exec (1.9 GB after the TF tests), so the
-# CLI must be the child of a process that is small itself.
-_LAUNCH = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); "
-           "_, st, ru = os.wait4(p.pid, 0); print(ru.ru_utime + ru.ru_stime, ru.ru_maxrss); "
-           "sys.exit(os.waitstatus_to_exitcode(st))")
+              "timeout_1e300_text", "run_id_dotdot", "long_bad_value_flow"]
 
 
 def _run_measured(args: list[str]) -> tuple[int, str, float, int]:
     """Run the CLI; its exit code, stderr, its own CPU seconds (user + system: what it costs,
     whatever else the host runs) and its peak RSS in KB. A hang still fails at 120 s wall."""
-    proc = subprocess.run([sys.executable, "-c", _LAUNCH, *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, *args], capture_output=True,
                           text=True, timeout=120)
     cpu_s, peak_kb = proc.stdout.split()[-2:]
     return proc.returncode, proc.stderr, float(cpu_s), int(peak_kb)
 
 
 def test_params_cli_sample_exit_2_one_line(tmp_path: Path) -> None:
-    files = [_write(tmp_path / f"{c}.yaml", HOSTILE[c][0]) for c in CLI_SAMPLE] + [tmp_path]
+    files = [write(tmp_path / f"{c}.yaml", HOSTILE[c][0]) for c in CLI_SAMPLE] + [tmp_path]
     for path in files:
         code, stderr, took, peak_kb = _run_measured(
             [sys.executable, "-m", "ddlstudy.params", str(path)])

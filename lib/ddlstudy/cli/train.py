@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ddlstudy.cluster.launchers import LaunchSpec, add_launch_arguments
+from ddlstudy.cluster.launchers import LaunchSpec, add_launch_arguments, engine_count_problem
 from ddlstudy.collectives.registry import ALGORITHMS
 from ddlstudy.records.lock import OutputFolderError, OutputLock, _printable
 from ddlstudy.strategies import STRATEGIES
 from ddlstudy.workload.catalog import DATASETS, MODELS, SHAPES
 
-if TYPE_CHECKING:  # torch loads with the trainer: only after --out is owned (a busy folder is
-    from ddlstudy.train.trainer import TrainConfig  # refused in about a second)
+if TYPE_CHECKING:  # torch loads with the trainer, only once every flag is checked: a busy
+    from ddlstudy.train.config import TrainConfig  # folder or a bad flag is refused in < 1 s
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -65,7 +65,7 @@ def _bool(text: str) -> bool:
 def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig | None = None
                          ) -> None:
     """The TrainConfig flags (shared with `python -m ddlstudy.bench train`)."""
-    from ddlstudy.train.trainer import TrainConfig
+    from ddlstudy.train.config import TrainConfig
 
     d = defaults or TrainConfig()
     a = parser.add_argument
@@ -176,7 +176,7 @@ def check_network_args(args: argparse.Namespace) -> str | None:
 def check_fault_args(args: argparse.Namespace, config: TrainConfig) -> str | None:
     """The fault options' one-line refusal before any engine or namespace starts: a sync
     strategy recovers on fresh engines, which only a local cluster can start."""
-    from ddlstudy.train.trainer import continues_without_dead, fault_tolerant
+    from ddlstudy.train.config import continues_without_dead, fault_tolerant
 
     launcher = getattr(args, "launcher", "local")
     remote = args.network != "none" or getattr(args, "profile", None) or launcher != "local"
@@ -260,7 +260,7 @@ def check_data(config: TrainConfig, launch: LaunchSpec | None = None) -> str | N
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
     """The TrainConfig the flags ask for (not yet validated)."""
-    from ddlstudy.train.trainer import TrainConfig
+    from ddlstudy.train.config import TrainConfig
 
     kw = {"hidden": args.hidden} if getattr(args, "hidden", None) else {}
     values = dict(model=args.model, shape=args.shape, dataset=args.dataset,
@@ -381,17 +381,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = _parser()
         args = parser.parse_args(args_list)
-        from ddlstudy.cluster.engines import handle_signals
-
-        handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
-        try:
+        try:  # pure Python (ddlstudy.train.config): refused before torch or pandas load
             config = config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
             config.validate()
         except ValueError as err:
             parser.error(str(err))
+        from ddlstudy.cluster.engines import handle_signals
+
+        handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
         launch, config, problem = check_launch_args(args, config)
-        problem = (problem or check_fault_args(args, config) or check_network_args(args)
-                   or check_node_args(args) or check_data(config, launch))
+        problem = (problem or check_fault_args(args, config)
+                   or (None if args.profile else engine_count_problem(config.world_size))
+                   or check_network_args(args) or check_node_args(args)
+                   or check_data(config, launch))
         if problem:
             parser.error(problem)
         started = True

@@ -58,6 +58,7 @@ from ddlstudy.cluster.launchers import (
     LaunchError,
     LaunchSpec,
     add_launch_arguments,
+    engine_count_problem,
     env_from_args,
     interface_ipv4,
     launch_spec,
@@ -390,10 +391,8 @@ class Cluster:
                 self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
                                              interactive=False)
         else:
-            cores = os.cpu_count() or 1
-            if self.workers > 8 * cores:
-                raise ClusterError(f"{self.workers} workers on {cores} cores would thrash: use at "
-                                   f"most {8 * cores} here, or a cluster profile")
+            if problem := engine_count_problem(self.workers):
+                raise ClusterError(problem)
             stopped = cleanup()
             if stopped:
                 log.warning("stopped %d processes left by clusters whose owner died", stopped)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import re
 import shlex
 import socket
@@ -38,6 +39,17 @@ HOST_RE = re.compile(r"^([A-Za-z0-9_.-]+@)?[A-Za-z0-9]([A-Za-z0-9.-]{0,253}[A-Za
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The engines' project root (their working directory) when it is not their own checkout's.
 REMOTE_ROOT_ENV = "DDLSTUDY_REMOTE_ROOT"
+MAX_ENGINES_PER_CORE = 8  # more engines started here than this per core only thrash
+
+
+def engine_count_problem(engines: int) -> str | None:
+    """None when `engines` can start as processes here (no ipyparallel profile), else the
+    one-line problem: checked by the CLIs before torch loads and by Cluster.start."""
+    cores = os.cpu_count() or 1
+    if engines > MAX_ENGINES_PER_CORE * cores:
+        return (f"{engines} workers on {cores} cores would thrash: use at most "
+                f"{MAX_ENGINES_PER_CORE * cores} here, or a cluster profile")
+    return None
 # Engines on other hosts are declared dead after HEARTBEAT_MISSES missed pings HEARTBEAT_MS
 # apart (ipyparallel's default is 10 x 3000 ms); a loaded host answers within 1 s.
 HEARTBEAT_MS = 1000

@@ -1,16 +1,17 @@
 """What one training run is: `TrainConfig` (validated before any engine starts) and
 `TrainResult` (what `train` returns). Split from trainer.py: the driver loop lives there, the
-engine side in rank.py, the summaries in results.py."""
+engine side in rank.py, the summaries in results.py.
+
+Pure Python on purpose (no torch, no pandas at import): the train CLI builds its flags from
+TrainConfig's defaults and refuses a bad flag through `validate` before torch loads (about a
+second saved per refusal; tests/test_hostile.py checks torch stays out)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ddlstudy.strategies import (
     STRATEGIES,
@@ -22,7 +23,11 @@ from ddlstudy.workload.catalog import DATASETS as DATASET_SPECS
 from ddlstudy.workload.catalog import MODELS as MODEL_SPECS
 from ddlstudy.workload.catalog import SHAPES
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+DTYPE_NAMES = ("float32", "float64")  # the torch dtypes they name: ddlstudy.train.rank.DTYPES
 STEP_COLUMNS = ["step", "rank", "role", "chunk", "compute_s", "comm_s", "comm_wait_s", "update_s",
                 "idle_s", "step_s", "bytes_sent", "bytes_recv", "loss", "images", "staleness",
                 "source"]
@@ -140,7 +145,7 @@ class TrainConfig:
         if why := spec.why_missing():  # horovod / tensorflow not installed
             raise ValueError(why)
         choice("dataset", self.dataset, DATASET_SPECS)
-        choice("dtype", self.dtype, DTYPES)
+        choice("dtype", self.dtype, DTYPE_NAMES)
         if spec.algorithm_aware:
             choice("algorithm", self.algorithm, ALGORITHMS)
         if isinstance(self.shape, str):
@@ -253,6 +258,25 @@ def _check_faults(config: TrainConfig) -> None:
                          f"covers {', '.join(strategy_names(framework=None))}")
 
 
+def fault_tolerant(config: TrainConfig) -> bool:
+    """Runs with checkpoints or an injected failure recover; others fail fast (issue 12)."""
+    return config.checkpoint_every is not None or config.fail_worker is not None
+
+
+def continues_without_dead(config: TrainConfig) -> bool:
+    """Async PS goes on with the live workers (no step waits for all); every other strategy
+    needs every rank in each step, so it restarts from a checkpoint instead."""
+    spec = get_strategy(config.strategy)
+    return spec.family == "ps" and not spec.sync and config.workers > 1
+
+
+def _empty_frame() -> pd.DataFrame:
+    """An empty table, pandas imported only when a result is made."""
+    import pandas as pd
+
+    return pd.DataFrame()
+
+
 @dataclass
 class TrainResult:
     """What a run measured: `summary` (one row), `steps` (per timed step and rank), `evals`
@@ -265,7 +289,7 @@ class TrainResult:
     chunks: pd.DataFrame
     weights: torch.Tensor | None = None
     out_dir: Path | None = None
-    failures: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per dead rank event
+    failures: pd.DataFrame = field(default_factory=_empty_frame)  # one row per dead rank event
 
     @property
     def row(self) -> dict[str, Any]:

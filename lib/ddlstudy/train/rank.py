@@ -17,13 +17,11 @@ from ddlstudy.strategies import (
     Layout,
     Strategy,
     flat_params,
-    get_strategy,
     make_strategy,
 )
-from ddlstudy.train.config import (
-    DTYPES,
-    TrainConfig,
-)
+from ddlstudy.train.config import DTYPE_NAMES, TrainConfig, continues_without_dead
+
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # config names them torch-free
 
 # ----------------------------------------------------------------------------- engine side
 # One run per engine at a time: model, strategy, data and the step counter, between chunk calls.
@@ -267,14 +265,6 @@ def _store_barrier(run: dict[str, Any], poll_s: float = 0.002) -> list[int]:
             raise TimeoutError(f"rank {run['rank']}: end-of-chunk barrier not reached by every "
                                f"live rank within {config.timeout_s or DEFAULT_TIMEOUT_S:g} s")
         time.sleep(poll_s)
-
-
-def continues_without_dead(config: TrainConfig) -> bool:
-    """Async PS goes on with the live workers (no step waits for all); every other strategy
-    needs every rank in each step, so it restarts from a checkpoint instead."""
-
-    spec = get_strategy(config.strategy)
-    return spec.family == "ps" and not spec.sync and config.workers > 1
 
 
 def _dead_peers(run: dict[str, Any]) -> list[int]:

@@ -53,15 +53,17 @@ from ddlstudy.train.config import (  # noqa: F401 - ddlstudy.train.trainer.X kee
     _MEASURED,
     CHUNK_TARGET_S,
     COMPUTE_MODES,
-    DTYPES,
     MIN_TIMED_CHUNKS,
     STEP_COLUMNS,
     TrainConfig,
     TrainResult,
     _check_faults,
+    continues_without_dead,
+    fault_tolerant,
 )
 from ddlstudy.train.rank import (  # noqa: F401 - ddlstudy.train.trainer.X keeps working
     _RUNS,
+    DTYPES,
     _build_strategy,
     _cpu_state,
     _data_position,
@@ -81,7 +83,6 @@ from ddlstudy.train.rank import (  # noqa: F401 - ddlstudy.train.trainer.X keeps
     _maybe_fail,
     _rank_world,
     _store_barrier,
-    continues_without_dead,
     load_split,
 )
 from ddlstudy.train.results import (  # noqa: F401 - ddlstudy.train.trainer.X keeps working
@@ -163,11 +164,6 @@ class _Progress:
         back = _Progress(**snapshot) if snapshot else _Progress()
         back.failures, back.resumed_from = self.failures, self.resumed_from
         return back
-
-
-def fault_tolerant(config: TrainConfig) -> bool:
-    """Runs with checkpoints or an injected failure recover; others fail fast (issue 12)."""
-    return config.checkpoint_every is not None or config.fail_worker is not None
 
 
 def _resume_point(config: TrainConfig, out_dir: str | Path | None) -> dict[str, Any] | None:
