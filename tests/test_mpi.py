@@ -18,39 +18,16 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-LOG = REPO / "outputs" / "multihost" / "test_mpi.log"
+from namespace_hosts import REPO, TINY, Log, engines_placed, marked, namespace_hosts
+
+log = Log(REPO / "outputs" / "multihost" / "test_mpi.log")
 PREFIX = "ddmp"  # its own namespaces: runs beside tests/test_multihost.py's "ddmh"
 SLOTS = "h0:2,h1:2"
-HEAVY = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.timeout(900)]
-TINY = dict(model="mlp", dataset="digits", batch_size=8, steps=4, warmup_steps=2, eval=False)
-
-
-def heavy(fn: Any) -> Any:
-    for mark in HEAVY:
-        fn = mark(fn)
-    return fn
-
-
-def log(line: str) -> None:
-    print(line, flush=True)
-    LOG.parent.mkdir(parents=True, exist_ok=True)
-    with LOG.open("a") as f:
-        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
-
-
-def _nshosts() -> Any:
-    spec = importlib.util.spec_from_file_location("nshosts",
-                                                  REPO / "scripts" / "multihost" / "nshosts.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+heavy = marked(pytest.mark.mpi, pytest.mark.slow, pytest.mark.timeout(900))
 
 
 def ensure_openmpi() -> tuple[bool, str]:
@@ -75,30 +52,13 @@ def ensure_openmpi() -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Any]:
-    if os.geteuid() != 0:
-        pytest.skip("mpi: needs root (network namespaces, sshd, mpiexec as root)")
-    ok, why = ensure_openmpi()
-    if not ok:
-        pytest.skip(f"mpi: {why}")
-    nshosts = _nshosts()
-    ok, why = nshosts.ensure_sshd()
-    if ok:
-        ok, why = nshosts.available()
-    if not ok:
-        pytest.skip(f"mpi: {why}")
-    os.environ.setdefault("IPYTHONDIR", str(REPO / ".ipython"))
     os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    LOG.parent.mkdir(parents=True, exist_ok=True)
-    LOG.write_text("")
     try:
-        net = nshosts.NamespaceHosts(2, prefix=PREFIX).up()
-    except nshosts.HostsError as err:
-        pytest.skip(f"mpi: cannot start namespace hosts ({err})")
-    log(f"hosts {net.names} at {net.ips}, bridge {net.bridge_ip}, interface {net.ifname}")
-    try:
-        yield net
+        with namespace_hosts(2, PREFIX, "mpi", log, ready=ensure_openmpi) as net:
+            log(f"hosts {net.names} at {net.ips}, bridge {net.bridge_ip}, interface "
+                f"{net.ifname}")
+            yield net
     finally:
-        net.down()
         for key in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
             os.environ.pop(key, None)
 
@@ -130,15 +90,9 @@ def mpi_cluster(hosts: Any) -> Iterator[Any]:
 
 @heavy
 def test_mpi_engines_are_one_mpi_job_across_hosts(hosts: Any, mpi_cluster: Any) -> None:
-    infos = mpi_cluster.info()
-    for info in infos:
-        log(f"rank {info['rank']} local_rank {info['local_rank']} host {info['host']} "
-            f"ip {info['ip']} pid {info['pid']} engine id {mpi_cluster.engine_ids[info['rank']]}")
-    assert [i["host"] for i in infos] == ["h0", "h0", "h1", "h1"]
-    assert [i["local_rank"] for i in infos] == [0, 1, 0, 1]
-    assert [i["ip"] for i in infos] == [hosts.ips[0], hosts.ips[0], hosts.ips[1], hosts.ips[1]]
-    for k in range(2):
-        assert {i["pid"] for i in infos if i["host"] == f"h{k}"} <= hosts.processes(k)
+    # ranks h0, h0, h1, h1 on their hosts' addresses, each pid in its host's namespace
+    engines_placed(mpi_cluster, hosts, SLOTS, log,
+                   note=lambda info: f" engine id {mpi_cluster.engine_ids[info['rank']]}")
     # ipyparallel's `--mpi` engines ran `mpi_rank, mpi_size = MPI.COMM_WORLD...` (mpi4py) at
     # start, in their namespace
     worlds = [tuple(mpi_cluster.client[eid].pull(["mpi_rank", "mpi_size"]).get(timeout=60))
@@ -176,14 +130,6 @@ def test_pingpong_and_training_through_mpi_engines(hosts: Any, mpi_cluster: Any)
 def test_mpi_stop_leaves_no_process_on_any_host(hosts: Any, mpi_cluster: Any) -> None:
     t0 = time.monotonic()
     mpi_cluster.stop()
-    hosts.close_connections()
-    left: list[set[int]] = []
-    for _ in range(100):
-        left = [hosts.processes(k) for k in range(2)]
-        if not any(left):
-            break
-        time.sleep(0.1)
-    names = [[Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in pids
-              if Path(f"/proc/{p}/cmdline").exists()] for pids in left]
-    log(f"stop: {time.monotonic() - t0:.1f} s; processes left per host {names}")
-    assert not any(left), f"processes left on the hosts: {names}"
+    left = hosts.settled()
+    log(f"stop: {time.monotonic() - t0:.1f} s; processes left per host {hosts.describe(left)}")
+    assert not any(left), f"processes left on the hosts: {hosts.describe(left)}"

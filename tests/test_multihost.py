@@ -13,7 +13,6 @@ address, the losses compared and the timings.
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import json
 import math
@@ -28,72 +27,28 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-LOG = REPO / "outputs" / "multihost" / "test_multihost.log"
+from namespace_hosts import REPO, TINY, Log, engines_placed, marked, namespace_hosts
+
+log = Log(REPO / "outputs" / "multihost" / "test_multihost.log")
 # The namespace tests take over 3 minutes here (4.8 min, cores shared): slow as well;
 # `pytest -m multihost` runs them. The settings' unit tests at the end run everywhere.
-HEAVY = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(1200)]
-
-
-def heavy(fn: Any) -> Any:
-    for mark in HEAVY:
-        fn = mark(fn)
-    return fn
-
-# The smallest training run the other tests use (tests/test_trainer.py TINY), fixed threads so
-# a run on 2 engines per host and one on 4 local engines do the same float arithmetic.
-TINY = dict(model="mlp", dataset="digits", batch_size=8, steps=4, warmup_steps=2, eval=False)
+heavy = marked(pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(1200))
 SLOTS = "h0:2,h1:1,h2:1"
+PREFIX = "ddmh"  # its namespaces (nshosts' default); tests/test_mpi.py's are "ddmp"
 PROFILE = "1GbE"  # ddlstudy.network.profiles: the hosts' links are shaped to it
-
-
-def _nshosts() -> Any:
-    spec = importlib.util.spec_from_file_location("nshosts",
-                                                  REPO / "scripts" / "multihost" / "nshosts.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def log(line: str) -> None:
-    """One line to stdout and to the test's log file."""
-    print(line, flush=True)
-    LOG.parent.mkdir(parents=True, exist_ok=True)
-    with LOG.open("a") as f:
-        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Any]:
-    if os.geteuid() != 0:
-        pytest.skip("multihost: needs root (network namespaces, sshd)")
-    nshosts = _nshosts()
-    ok, why = nshosts.ensure_sshd()
-    if not ok:
-        pytest.skip(f"multihost: {why}")
-    ok, why = nshosts.available()
-    if not ok:
-        pytest.skip(f"multihost: {why}")
-    os.environ.setdefault("IPYTHONDIR", str(REPO / ".ipython"))  # the Makefile's, one for all
-    LOG.parent.mkdir(parents=True, exist_ok=True)
-    LOG.write_text("")
-    t0 = time.monotonic()
-    try:
-        net = nshosts.NamespaceHosts(3).up()  # removes leftovers of the prefix first
-    except nshosts.HostsError as err:
-        pytest.skip(f"multihost: cannot start namespace hosts ({err})")
-    from ddlstudy.network.emulated import netem
+    with namespace_hosts(3, PREFIX, "multihost", log) as net:
+        from ddlstudy.network.emulated import netem
 
-    rate = netem.profile_info(PROFILE, 1.0)["emulated_rate_bps"]
-    net.shape(netem.tbf_params(rate))  # the study's emulated link, on every host's link
-    log(f"hosts {net.names} at {net.ips}, bridge {net.bridge_ip}, interface {net.ifname}, "
-        f"links {PROFILE} (tc tbf {rate / 1e9:g} Gbit/s each way), "
-        f"up in {time.monotonic() - t0:.1f} s")
-    try:
+        rate = netem.profile_info(PROFILE, 1.0)["emulated_rate_bps"]
+        net.shape(netem.tbf_params(rate))  # the study's emulated link, on every host's link
+        log(f"hosts {net.names} at {net.ips}, bridge {net.bridge_ip}, interface {net.ifname}, "
+            f"links {PROFILE} (tc tbf {rate / 1e9:g} Gbit/s each way), "
+            f"up in {net.up_s:.1f} s")
         yield net
-    finally:
-        net.down()
 
 
 @pytest.fixture(scope="module")
@@ -116,17 +71,10 @@ def ssh_cluster(hosts: Any) -> Iterator[Any]:
 
 @heavy
 def test_engines_on_three_hosts_grouped_by_host(hosts: Any, ssh_cluster: Any) -> None:
-    infos = ssh_cluster.info()
-    for info in infos:
-        log(f"rank {info['rank']} local_rank {info['local_rank']} host {info['host']} "
-            f"ip {info['ip']} pid {info['pid']} code {info['code_hash']}")
-    assert [i["host"] for i in infos] == ["h0", "h0", "h1", "h2"]
+    # ranks h0, h0, h1, h2 on their hosts' addresses, each pid in its host's namespace
+    infos = engines_placed(ssh_cluster, hosts, SLOTS, log,
+                           note=lambda info: f" code {info['code_hash']}")
     assert len({i["host"] for i in infos}) == 3
-    assert [i["local_rank"] for i in infos] == [0, 1, 0, 0]
-    assert [i["ip"] for i in infos] == [hosts.ips[0], hosts.ips[0], hosts.ips[1], hosts.ips[2]]
-    # the engines really live in the namespaces (their pids are in h<k>'s network namespace)
-    for k in range(3):
-        assert {i["pid"] for i in infos if i["host"] == f"h{k}"} <= hosts.processes(k)
 
 
 @heavy
@@ -202,19 +150,6 @@ def local_cluster() -> Iterator[Any]:
         yield cluster
 
 
-def _settled(hosts: Any) -> list[set[int]]:
-    """Processes left on each host once the shared ssh connections are closed (they hold a
-    session process on each host) and the last sessions had a moment to end."""
-    hosts.close_connections()
-    left: list[set[int]] = []
-    for _ in range(100):
-        left = [hosts.processes(k) for k in range(3)]
-        if not any(left):
-            break
-        time.sleep(0.1)
-    return left
-
-
 @heavy
 def test_dead_engine_on_another_host_is_noticed(hosts: Any, ssh_cluster: Any) -> None:
     """An engine SIGKILLed on h2 (not the driver's host: no local pid to look at) is named as
@@ -244,22 +179,9 @@ def test_dead_engine_on_another_host_is_noticed(hosts: Any, ssh_cluster: Any) ->
 def test_stop_leaves_no_process_on_any_host(hosts: Any, ssh_cluster: Any) -> None:
     t0 = time.monotonic()
     ssh_cluster.stop()
-    left = _settled(hosts)
+    left = hosts.settled()
     log(f"stop: {time.monotonic() - t0:.1f} s; processes left per host {left}")
-    assert not any(left), f"processes left on the hosts: {_describe(left)}"
-
-
-def _describe(left: list[set[int]]) -> list[list[str]]:
-    out = []
-    for pids in left:
-        names = []
-        for pid in sorted(pids):
-            try:
-                names.append(f"{pid}:{Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
-            except OSError:
-                continue
-        out.append(names)
-    return out
+    assert not any(left), f"processes left on the hosts: {hosts.describe(left)}"
 
 
 @heavy
@@ -283,8 +205,8 @@ def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
     start = next(i for i, line in enumerate(lines) if line.startswith("ping-pong"))
     peers = [int(line.split()[0]) for line in lines[start + 2:] if line.strip()]
     assert sorted(set(peers)) == [1, 2, 3]
-    left = _settled(hosts)
-    assert not any(left), f"processes left on the hosts: {_describe(left)}"
+    left = hosts.settled()
+    assert not any(left), f"processes left on the hosts: {hosts.describe(left)}"
 
 
 def _ssh_flags(hosts: Any, slots: str) -> list[str]:
@@ -329,8 +251,8 @@ def test_train_cli_across_hosts_with_a_remote_root(hosts: Any, local_cluster: An
         data_root=str(REPO / "data"), **run), progress=False))
     log(f"train cli losses {remote[:4]}... vs local {local[:4]}...")
     assert _close(remote, local), f"remote {remote} vs local {local}"
-    left = _settled(hosts)
-    assert not any(left), f"processes left on the hosts: {_describe(left)}"
+    left = hosts.settled()
+    assert not any(left), f"processes left on the hosts: {hosts.describe(left)}"
 
 
 @heavy
@@ -349,8 +271,8 @@ def test_engine_of_another_ddlstudy_is_refused(hosts: Any, tmp_path: Path) -> No
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "rank 0 on h1 runs ddlstudy 0.0.0+copy-" in proc.stderr
     assert str(copy) in proc.stderr  # the engine's checkout is named
-    left = _settled(hosts)
-    assert not any(left), f"processes left on the hosts: {_describe(left)}"
+    left = hosts.settled()
+    assert not any(left), f"processes left on the hosts: {hosts.describe(left)}"
 
 
 # ----------------------------------------------------------------------------- settings (no root)

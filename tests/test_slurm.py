@@ -9,34 +9,24 @@ What this proves and what only a real cluster proves: docs/cluster.md.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from namespace_hosts import REPO, script
+
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
-
-
-def _slurm_node() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "slurm_node", REPO / "scripts" / "multihost" / "slurm_node.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[Any]:
     if os.geteuid() != 0:
         pytest.skip("slurm: needs root (slurmd, munged)")
-    mod = _slurm_node()
+    mod = script("slurm_node")
     ok, why = mod.ensure_installed()
     if not ok:
         pytest.skip(f"slurm: {why}")

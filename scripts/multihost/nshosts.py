@@ -166,9 +166,12 @@ class NamespaceHosts:
         self.bridge_ip = ""
         self.sshd: list[subprocess.Popen[bytes]] = []
         self.ssh_config = self.workdir / "ssh_config"
+        self.up_s = 0.0
 
     # -- lifecycle
     def up(self) -> NamespaceHosts:
+        """Start the hosts (removing this prefix's leftovers first); `up_s`: how long it took."""
+        t0 = time.monotonic()
         ok, why = available()
         if not ok:
             raise HostsError(why)
@@ -182,6 +185,7 @@ class NamespaceHosts:
         except BaseException:
             self.down()
             raise
+        self.up_s = time.monotonic() - t0
         return self
 
     def close_connections(self) -> None:
@@ -332,6 +336,31 @@ class NamespaceHosts:
         """Processes in host i's namespace other than its sshd listener."""
         return namespace_pids(self.namespaces[i]) - {p.pid for p in self.sshd} - {
             c for p in self.sshd for c in _children(p.pid)}
+
+    def settled(self, wait_s: float = 10.0) -> list[set[int]]:
+        """Processes left on each host once the shared ssh connections are closed (they hold a
+        session process on each host) and the last sessions had up to `wait_s` to end."""
+        self.close_connections()
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = [self.processes(i) for i in range(self.n)]
+            if not any(left) or time.monotonic() > deadline:
+                return left
+            time.sleep(0.1)
+
+    @staticmethod
+    def describe(left: list[set[int]]) -> list[list[str]]:
+        """`pid:command line` (its first 80 bytes) of each process in `settled()`'s sets."""
+        out = []
+        for pids in left:
+            names = []
+            for pid in sorted(pids):
+                try:
+                    names.append(f"{pid}:{Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
+                except OSError:
+                    continue
+            out.append(names)
+        return out
 
 
 def _children(pid: int) -> set[int]:
