@@ -15,9 +15,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +90,12 @@ class DevTools:
         return result["result"].get("value")
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
-    """Headless Chromium with a throwaway profile; killed (its process group) at the end."""
-    profile = tmp_path_factory.mktemp("chromium-profile")
+@contextmanager
+def chromium(profile: Path) -> Iterator[DevTools]:
+    """Headless Chromium (FLAGS: 1400x900, DevTools on a free loopback port) with the throwaway
+    profile folder `profile`, its one page driven over DevTools with the Page, Runtime and Log
+    events on; its process group (renderers, GPU, zygote) killed at the end. The book test here
+    and tests/test_lab_widgets.py both drive it."""
     proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -110,8 +114,15 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
                 tools.call(domain)
             yield tools
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
+    """Headless Chromium with a throwaway profile (`chromium`)."""
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as tools:
+        yield tools
 
 
 def _devtools_port(proc: subprocess.Popen) -> int:

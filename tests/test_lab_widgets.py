@@ -27,7 +27,7 @@ from urllib.request import urlopen
 
 import pytest
 
-from test_browser import CHROMIUM, FLAGS, DevTools, _devtools_port
+from test_browser import CHROMIUM, DevTools, chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "06_projection.ipynb"
@@ -141,26 +141,10 @@ def _raise(message: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
-    """Headless Chromium at 1400x900 with a throwaway profile; killed at the end."""
-    profile = tmp_path_factory.mktemp("lab-chromium")
-    proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        port = _devtools_port(proc)
-        targets = json.loads(urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
-        page = next(t for t in targets if t.get("type") == "page")
-        from websockets.sync.client import connect
-
-        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
-            tools = DevTools(ws)
-            for domain in ("Page.enable", "Runtime.enable"):
-                tools.call(domain)
-            yield tools
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
+    """Headless Chromium at 1400x900 with a throwaway profile (test_browser's `chromium`)."""
+    with chromium(tmp_path_factory.mktemp("lab-chromium")) as tools:
+        yield tools
 
 
 # the notebook panel among the main area's widgets (shell.currentWidget follows focus)
@@ -236,12 +220,11 @@ def _control(seen: dict[str, Any], label: str) -> dict[str, Any]:
 
 
 def test_chapter06_widgets_redraw_in_jupyterlab(lab: tuple[str, str],
-                                                chromium: DevTools) -> None:
+                                                browser: DevTools) -> None:
     from ddlstudy.config.params import load_params
 
     url, token = lab
     P = load_params(ROOT / "params/default.yaml", ROOT / "params/ci.yaml")
-    browser = chromium
     browser.call("Emulation.setDeviceMetricsOverride", width=1400, height=900,
                  deviceScaleFactor=1, mobile=False)
     browser.call("Emulation.setFocusEmulationEnabled", enabled=True)  # a focused window
