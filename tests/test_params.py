@@ -166,3 +166,23 @@ def test_launch_spec_is_built_once_per_settings(repo_root: Path) -> None:
     assert other.launch_spec() is not spec and other.launch_spec().remote_root == "/srv/b"
     cluster.remote_root = "/srv/c"  # validate_assignment: the validator rebuilds it
     assert cluster.launch_spec().remote_root == "/srv/c"
+
+
+def test_chapters_send_remote_engines_their_own_data_root(repo_root: Path, tmp_path: Path
+                                                          ) -> None:
+    """Chapters 08 and 10 build their configs with the data root as engines on other hosts
+    resolve it (under cluster.remote_root), never the driver's absolute path."""
+    from ddlstudy.chapters import ch08_convergence, ch10_faults
+    from ddlstudy.config.params import ClusterParams
+    from ddlstudy.experiments import grid
+    from ddlstudy.records.store import project_root
+
+    P = load_params(repo_root / "params/default.yaml")
+    P.cluster = ClusterParams(launcher="ssh", hosts=["n1:8", "n2:8"], ifname="ib0",
+                              controller_ip="10.1.2.3", remote_root="/srv/ddl")
+    want = grid.engine_data_root(P)
+    assert want != str(P.data.path()) and not want.startswith(str(project_root()))
+    faults = ch10_faults.setup(P, tmp_path / "run10")
+    assert faults.cfgs and {c.data_root for c in faults.cfgs} == {want}
+    conv = ch08_convergence.setup(P, tmp_path / "run08")
+    assert conv.plan and {c.data_root for _, c in conv.plan} == {want}

@@ -17,7 +17,7 @@ import pandas as pd
 from ddlstudy.analysis import plots
 from ddlstudy.claims.engine import chapter_claims, claims_text
 from ddlstudy.experiments import dynamics
-from ddlstudy.experiments.grid import emulated_cluster
+from ddlstudy.experiments.grid import emulated_cluster, engine_data_root
 from ddlstudy.records import store as records
 from ddlstudy.train.trainer import TrainConfig
 
@@ -58,7 +58,8 @@ def setup(P: Any, run_dir: str | Path | None, **overrides: Any) -> Convergence:
     for why in absent.values():
         print(f"Skipped: {why}.")
     S = Convergence(P, C, out, absent)
-    base = TrainConfig(warmup_steps=0, data_root=root, verify_data=P.data.verify, eval=True)
+    base = TrainConfig(warmup_steps=0, data_root=engine_data_root(P), verify_data=P.data.verify,
+                       eval=True)
     mlp_kw = {"activation": C.mlp_activation}
     N, b = C.workers, C.batch_size
     plan = []

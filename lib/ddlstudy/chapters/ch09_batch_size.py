@@ -18,7 +18,7 @@ import pandas as pd
 from ddlstudy.analysis import plots, stats
 from ddlstudy.claims.engine import chapter_claims, claims_text
 from ddlstudy.experiments import dynamics
-from ddlstudy.experiments.grid import dilate, emulated_cluster
+from ddlstudy.experiments.grid import dilate, emulated_cluster, engine_data_root
 from ddlstudy.network.emulated import netem
 from ddlstudy.records import store as records
 from ddlstudy.train.trainer import TrainConfig
@@ -54,7 +54,8 @@ def setup(P: Any, run_dir: str | Path | None, models: list[str] | None = None,
     absent = dynamics.missing_dataset(S.dataset, root, P.data.verify)
     assert absent is None, absent
     W = Sweep(P, S, out, dynamics.train_size(S.dataset, root, P.data.verify), emulated)
-    base = TrainConfig(dataset=S.dataset, data_root=root, verify_data=P.data.verify, lr=S.lr,
+    base = TrainConfig(dataset=S.dataset, data_root=engine_data_root(P),
+                       verify_data=P.data.verify, lr=S.lr,
                        lr_scaling=S.lr_scaling, lr_base_batch=S.lr_base_batch,
                        lr_warmup_epochs=S.warmup_epochs)
     for model in S.models:

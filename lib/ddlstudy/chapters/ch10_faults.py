@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from ddlstudy.analysis import plots
-from ddlstudy.experiments.grid import emulated_cluster
+from ddlstudy.experiments.grid import emulated_cluster, engine_data_root
 from ddlstudy.records import store as records
 from ddlstudy.train import recovery
 from ddlstudy.train.trainer import TrainConfig
@@ -45,7 +45,7 @@ def setup(P: Any, run_dir: str | Path | None, strategies: list[str] | None = Non
         k: v for k, v in dict(strategies=strategies, repeats=repeats).items() if v is not None}})
     out = records.chapter_dir(run_dir, NAME, P.model_dump(mode="json"),
                               notebook=F.model_dump(mode="json"))
-    return Faults(P, F, out, recovery.configs(F, str(P.data.path()), P.data.verify))
+    return Faults(P, F, out, recovery.configs(F, engine_data_root(P), P.data.verify))
 
 
 def describe(S: Faults) -> str:

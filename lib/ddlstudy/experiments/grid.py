@@ -284,14 +284,19 @@ def dilate(configs: Sequence[TrainConfig], cluster: Any) -> list[TrainConfig]:
     return [replace(c, time_dilation=dilation(cluster, c.compute)).validate() for c in configs]
 
 
+def engine_data_root(params: Any) -> str:
+    """The data root as the engines resolve it: the driver's absolute path on a local cluster;
+    relative to their own checkout / cluster.remote_root where engines are launched on other
+    hosts (never the driver's absolute path there)."""
+    return params.cluster.launch_spec().engine_path(str(params.data.path()),
+                                                    records.project_root())
+
+
 def base_config(params: Any, model: str, training: Any = None, **overrides: Any) -> TrainConfig:
     """The TrainConfig a chapter's grid starts from: training params (or `training`, a validated
     TrainingParams with notebook overrides) plus the study's seed and data root."""
     t = training or params.training
-    # Engines launched on other hosts get the data root as they resolve it (relative to their
-    # own checkout / cluster.remote_root), not the driver's absolute path.
-    data_root = params.cluster.launch_spec().engine_path(str(params.data.path()),
-                                                       records.project_root())
+    data_root = engine_data_root(params)
     fields = dict(model=model, shape=t.shape, dataset=t.dataset, algorithm=t.algorithm,
                   batch_size=t.batch_size, steps=t.steps, warmup_steps=t.warmup_steps, lr=t.lr,
                   bucket_mb=t.bucket_mb, overlap=t.overlap, seed=params.seed,
