@@ -170,9 +170,9 @@ def test_launch_spec_is_built_once_per_settings(repo_root: Path) -> None:
 
 def test_chapters_send_remote_engines_their_own_data_root(repo_root: Path, tmp_path: Path
                                                           ) -> None:
-    """Chapters 08 and 10 build their configs with the data root as engines on other hosts
+    """Chapters 08, 10 and 11 build their configs with the data root as engines on other hosts
     resolve it (under cluster.remote_root), never the driver's absolute path."""
-    from ddlstudy.chapters import ch08_convergence, ch10_faults
+    from ddlstudy.chapters import ch08_convergence, ch10_faults, ch11_beyond
     from ddlstudy.config.params import ClusterParams
     from ddlstudy.experiments import grid
     from ddlstudy.records.store import project_root
@@ -186,3 +186,4 @@ def test_chapters_send_remote_engines_their_own_data_root(repo_root: Path, tmp_p
     assert faults.cfgs and {c.data_root for c in faults.cfgs} == {want}
     conv = ch08_convergence.setup(P, tmp_path / "run08")
     assert conv.plan and {c.data_root for _, c in conv.plan} == {want}
+    assert ch11_beyond.base_config(P, P.beyond).data_root == want

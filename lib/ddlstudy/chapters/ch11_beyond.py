@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from ddlstudy.analysis import stats
+from ddlstudy.experiments.grid import engine_data_root
 from ddlstudy.records import store as records
 
 NAME = "11_beyond"
@@ -70,7 +71,7 @@ def base_config(P: Any, B: Any) -> Any:
 
     return TrainConfig(model=B.model, shape=B.shape, dataset=B.dataset, algorithm=B.algorithm,
                        batch_size=B.batch_size, steps=B.steps, warmup_steps=B.warmup_steps,
-                       lr=B.lr, seed=P.seed, data_root=str(P.data.path()),
+                       lr=B.lr, seed=P.seed, data_root=engine_data_root(P),
                        verify_data=P.data.verify, compute=B.compute,
                        replay_source=B.replay_source)
 
@@ -204,7 +205,7 @@ def accuracy(S: Beyond) -> pd.DataFrame:
                            steps=B.accuracy_steps or 1, warmup_steps=ACCURACY_WARMUP,
                            lr=B.accuracy_lr, seed=seed,
                            model_kwargs=MLP_KW if B.accuracy_model == "mlp" else {},
-                           data_root=str(S.P.data.path()), verify_data=S.P.data.verify
+                           data_root=engine_data_root(S.P), verify_data=S.P.data.verify
                            ).validate()
                for seed in B.accuracy_seeds for st in B.accuracy_strategies]
     rows = []
