@@ -77,3 +77,23 @@ def test_identical_ratio_in_every_seed_is_exact(tmp_path: Path, ratio: float,
                           FOLDERS)[0]
     assert row["verdict"] == verdict and row["method"] == "exact", row["reason"]
     assert "exact in all 6 runs" in row["reason"]
+
+
+def test_small_model_ratio_orders_models_by_their_own_compute(tmp_path: Path) -> None:
+    """A loaded host stretches the measured wait (compute_s); the replayed seconds (replay_s)
+    say which model computes least, so the least-compute model stays AlexNet."""
+    ch = pani.claims.EMULATED_03
+    rows = []
+    for rep in range(5):
+        for model, replay, compute, comm in (("alexnet", 0.003, 1.2, 23.0),
+                                             ("vgg16", 0.006, 0.55, 20.0),
+                                             ("resnet152", 0.07, 7.3, 37.0)):
+            f = 1 + 0.02 * rep
+            rows.append({"strategy": "allreduce", "workers": 6, "model": model, "repeat": rep,
+                         "replay_s": replay, "compute_s": compute * f, "comm_s": comm})
+    (tmp_path / ch).mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(tmp_path / ch / "summary.csv", index=False)
+    out = engine.evaluate(CLAIM["pani_small_model_high_ratio"], tmp_path, {ch: [ch]})
+    row = next(r for r in out if r["chapter"] == ch)
+    assert "alexnet (least compute) / resnet152 (most)" in row["quantity"], row["quantity"]
+    assert row["verdict"] == engine.AGREES and row["runs"] == 5, row["reason"]
