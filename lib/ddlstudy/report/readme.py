@@ -131,7 +131,14 @@ def decided(ref: Path) -> str:
             return f"{r.value:.3g}, exact in all {int(r.runs)} runs"
         return f"{r.value:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
 
-    parts = [f"{r.paper}'s \"{r.claim}\" {r.verdict} ({r.quantity.split(' [')[0]}: "
+    repeated = set(rows["claim_id"][rows["claim_id"].duplicated()]) if len(rows) else set()
+
+    def which(r: Any) -> str:  # a claim decided on several rows: each names its own row
+        own = r.quantity.split(" [", 1)
+        return (f", {own[1].split(',')[0].rstrip(']')}" if r.claim_id in repeated
+                and len(own) == 2 else "")
+
+    parts = [f"{r.paper}'s \"{r.claim}\" {r.verdict} ({r.quantity.split(' [')[0]}{which(r)}: "
              f"{interval(r)} against "
              f"[{r.margin_low:.3g}, {r.margin_high:.3g}], {int(r.runs)} runs, {r.testbed})"
              for r in rows.itertuples()]
