@@ -306,3 +306,16 @@ def test_chapter04_headline_shows_what_its_caption_says(tmp_path: Path) -> None:
     assert any(lb.startswith("PS server") for lb in labels), labels
     assert any(lb.startswith("ring worker") for lb in labels), labels
     assert list(ps.get_ydata()) == pytest.approx([1.0, 2.0, 4.0])
+
+
+def test_speedup_without_a_one_worker_cell_says_so() -> None:
+    """A grid of 3 and 6 workers only (a fair-PS sitting) has no baseline: the figure says so
+    instead of failing; a strategy with one keeps its lines."""
+    summary = _summary()
+    only = summary[summary["workers"] > 1]
+    fig = plots.speedup_vs_workers(only, "speed-up")
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("no strategy ran a 1-worker cell" in t for t in texts), texts
+    keep = summary[(summary["workers"] > 1) | (summary["strategy"] == "allreduce")]
+    fig = plots.speedup_vs_workers(keep, "speed-up")
+    assert set(fig.ddlstudy_data["strategy"]) == {"allreduce"}

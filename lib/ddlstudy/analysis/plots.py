@@ -186,7 +186,16 @@ def add_speedup(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
-    data = add_speedup(summary)
+    """Speed-up over 1 worker per model and strategy; a strategy without a 1-worker cell has no
+    baseline and is left out (said on the figure when none has one)."""
+    data = add_speedup(summary).dropna(subset=["speedup"])
+    if data.empty:
+        fig, ax = plt.subplots(figsize=(5, 3))
+        ax.text(0.5, 0.5, "no speed-up: no strategy ran a 1-worker cell (the baseline)",
+                ha="center", va="center", transform=ax.transAxes, wrap=True)
+        ax.set_axis_off()
+        style.title(fig, title or "Speed-up")
+        return style.finish(fig, data, "measured")
     grid = sns.relplot(data=data, x="workers", y="speedup", hue="strategy", col="model",
                        kind="line", marker="o", **MEDIAN_CI, height=3.6, aspect=1.1,
                        palette=style.palette(data["strategy"]))
