@@ -172,3 +172,23 @@ def test_a_claim_is_decided_in_two_columns_and_names_the_ratio_that_flipped_it(t
     same = engine.flips([{**r, "verdict": engine.AGREES, "flipped_by": ""}
                          for r in table.to_dict("records")])
     assert len(same) == len(table) and not any(r["flipped_by"] for r in same)
+
+
+def test_claim_order_does_not_depend_on_import_order() -> None:
+    """A process that imports one paper's claims first (a test, a notebook) lists the claims in
+    the same order as one that does not: chapter 99 and the README's sentences follow it (a
+    fresh-clone CI failed test_readme after test_costmodel_regime imported two papers first)."""
+    import subprocess
+    import sys
+
+    code = ("{imports}from ddlstudy.claims.registry import all_claims; "
+            "print(' '.join(c.id for c in all_claims()))")
+    plain = subprocess.run([sys.executable, "-c", code.format(imports="")], check=True,
+                           capture_output=True, text=True).stdout.split()
+    first = subprocess.run([sys.executable, "-c", code.format(
+        imports="import ddlstudy.claims.beyond, ddlstudy.claims.malik2018, "
+                "ddlstudy.claims.shi2019; ")], check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert plain and first == plain
+    assert plain[0].startswith("shi_") and plain[-1] in {c for c in plain if "powersgd" in c
+                                                         or "zero" in c}

@@ -8,6 +8,8 @@ built-ins. The engine (`ddlstudy.claims.engine`) evaluates whatever is registere
 
 from __future__ import annotations
 
+import sys
+
 from ddlstudy.claims.base import Claim
 from ddlstudy.registry import Registry
 
@@ -15,6 +17,7 @@ PAPER_FILES = ("ddlstudy.claims.shi2019", "ddlstudy.claims.fourie2019",
                "ddlstudy.claims.malik2018", "ddlstudy.claims.pani", "ddlstudy.claims.wang_nchc",
                "ddlstudy.claims.beyond")
 CLAIMS: Registry[Claim] = Registry("claim", plugins=PAPER_FILES)
+_ORIGIN: dict[str, str] = {}  # claim id -> the module that registered it
 
 
 def register_claim(claim: Claim) -> Claim:
@@ -28,9 +31,15 @@ def register_claim(claim: Claim) -> Claim:
             declared = ", ".join([*c.tables, *c.optional_tables])
             raise ValueError(f"claim {claim.id}: chapter {chapter} declares no table {table!r} "
                              f"(declared: {declared})")
-    return CLAIMS.register(claim)
+    registered = CLAIMS.register(claim)
+    _ORIGIN[claim.id] = sys._getframe(1).f_globals.get("__name__", "")
+    return registered
 
 
 def all_claims() -> list[Claim]:
-    """Every registered claim, papers in registration order."""
-    return list(CLAIMS.values())
+    """Every registered claim: the papers' files in PAPER_FILES order (whatever order they were
+    imported in: a test or notebook importing one paper first must not reorder chapter 99 or the
+    README), each file's claims in its own order, then claims registered elsewhere."""
+    rank = {module: i for i, module in enumerate(PAPER_FILES)}
+    return sorted(CLAIMS.values(),
+                  key=lambda c: rank.get(_ORIGIN.get(c.id, ""), len(PAPER_FILES)))
