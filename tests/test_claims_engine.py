@@ -192,3 +192,57 @@ def test_claim_order_does_not_depend_on_import_order() -> None:
     assert plain and first == plain
     assert plain[0].startswith("shi_") and plain[-1] in {c for c in plain if "powersgd" in c
                                                          or "zero" in c}
+
+
+# ----------------------------------------------------------------------------- reference rows
+def _emulated(root, model: str, runs: int, r6: float) -> None:
+    """An emulated chapter 03 folder of `model` on today's testbed: `runs` runs per cell."""
+    import pandas as pd
+
+    from ddlstudy.claims.base import EMULATED_03
+
+    jitter = np.random.default_rng(len(model)).uniform(0.98, 1.02, 100)  # per cell and run
+    rows = [{**r, "model": model, "images_per_sec": r["images_per_sec"] * jitter[i]}
+            for i, r in enumerate(_grid("none", 1000, r6, 2.8, 13.0)) if r["repeat"] < runs]
+    (root / f"{EMULATED_03}-{model}").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(root / f"{EMULATED_03}-{model}" / "summary.csv", index=False)
+
+
+def test_a_short_run_takes_the_references_decided_rows_labelled(tmp_path) -> None:
+    """make report's chapter 99: where this run has too few runs (resnet50: 1) the committed
+    reference's row (6 runs: differs) stands in, labelled, saying what this run had; a subject
+    only the reference measured (vgg19) is added; this run's decided row (vgg16: agrees) is
+    kept although the reference says otherwise; a reference that is the run changes nothing."""
+    import json
+
+    from ddlstudy.claims.base import EMULATED_03
+
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    _emulated(run, "resnet50", 1, 1000)
+    _emulated(run, "vgg16", 6, 5800)           # efficiency ~0.97: agrees
+    for model in ("resnet50", "vgg16", "vgg19"):
+        _emulated(ref, model, 6, 1000)         # efficiency ~0.17: differs
+    (ref / "meta.json").write_text(json.dumps({"params": {
+        "report": {"chapters": ["03_ps_vs_ring"]},
+        "network": {"chapter03_models": ["resnet50", "vgg16", "vgg19"]}}}))
+    claim = next(c for c in engine.CLAIMS if c.id == "shi_ring_proportional")
+    folders = engine.chapter_folders(["03_ps_vs_ring"], [], ["resnet50", "vgg16"])
+
+    alone = engine.claims_table(run, folders, [claim])
+    alone = alone[alone["chapter"] == EMULATED_03]
+    assert sorted(alone["verdict"]) == [engine.AGREES, engine.INCONCLUSIVE]
+
+    table = engine.claims_table(run, folders, [claim], reference=ref)
+    emu = {str(q).rsplit(" [", 1)[1].split(":")[0]: r
+           for q, r in zip(table["quantity"], table.to_dict("records"), strict=True)
+           if r["chapter"] == EMULATED_03}
+    assert set(emu) == {"resnet50", "vgg16", "vgg19"}
+    assert emu["resnet50"]["verdict"] == engine.DIFFERS and emu["resnet50"]["runs"] == 6
+    assert emu["resnet50"]["source"].startswith("committed reference records")
+    assert "this run: inconclusive, 1 run(s)" in emu["resnet50"]["reason"]
+    assert emu["vgg16"]["verdict"] == engine.AGREES and "reference" not in emu["vgg16"]["source"]
+    assert emu["vgg19"]["verdict"] == engine.DIFFERS
+    assert "this run has no row for it" in emu["vgg19"]["reason"]
+    same = engine.claims_table(run, folders, [claim], reference=run)
+    assert same.drop(columns="reason").equals(
+        engine.claims_table(run, folders, [claim]).drop(columns="reason"))

@@ -156,13 +156,85 @@ def flips(rows: list[dict]) -> list[dict]:
 
 
 def claims_table(run_dir: str | Path, folders: Folders | None = None,
-                 claims: Sequence[Claim] | None = None) -> pd.DataFrame:
-    """Every claim's rows; `folders` from `chapter_folders` (default: the run's meta.json)."""
+                 claims: Sequence[Claim] | None = None,
+                 reference: str | Path | None = None) -> pd.DataFrame:
+    """Every claim's rows; `folders` from `chapter_folders` (default: the run's meta.json).
+
+    `reference`: a reference run folder (results/reference) whose rows stand in, labelled, where
+    this run's evidence is short (`with_reference`): a short report decides what the committed
+    independent runs decide. None, or the run itself: this run's rows only."""
     run = Path(run_dir)
     folders = folders_from_meta(run) if folders is None else folders
     claims = all_claims() if claims is None else claims
-    rows = [row for c in claims for row in evaluate(c, run, folders)]
+    ref = Path(reference) if reference is not None else None
+    use_ref = ref is not None and ref.is_dir() and ref.resolve() != run.resolve()
+    ref_folders = folders_from_meta(ref) if use_ref and ref is not None else {}
+    rows = []
+    for c in claims:
+        own = evaluate(c, run, folders)
+        if use_ref and ref is not None and any(r["verdict"] not in DECIDED for r in own):
+            own = with_reference(own, evaluate(c, ref, ref_folders), c.quantity)
+        rows.extend(own)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _stronger(ref: dict, own: dict | None) -> bool:
+    """The reference row says more than this run's: it is decided, or rests on more runs."""
+    if ref["verdict"] == SET_BY_CONFIG or ref["verdict"] == NOT_MEASURED:
+        return False
+    if own is None:
+        return True
+    return own["verdict"] not in DECIDED and (ref["verdict"] in DECIDED
+                                              or int(ref["runs"]) > int(own["runs"]))
+
+
+def _from_reference(ref: dict, own: dict | None) -> dict:
+    """`ref` labelled as the committed reference's, saying what this run measured itself."""
+    src = str(ref["source"] or "")
+    if not src.startswith("reference run"):
+        src = "committed reference records (results/reference)" + (f"; {src}" if src else "")
+    if own is None:
+        mine = "this run has no row for it"
+    elif own["verdict"] == NOT_MEASURED:
+        mine = "this run: not measured"
+    else:
+        mine = f"this run: {own['verdict']}, {int(own['runs'])} run(s)"
+    return {**ref, "source": src,
+            "reason": f"{ref['reason']}; from the committed reference ({mine})"}
+
+
+def _subject(row: dict) -> tuple[str, str, str]:
+    """What a row is about: chapter, testbed and the label's subject (before ':', a model or
+    a profile), so a run's 'not measured [vgg16]' meets the reference's 'vgg16: ...' row."""
+    label = str(row["quantity"]).rsplit(" [", 1)[-1].rstrip("]") if " [" in str(
+        row["quantity"]) else ""
+    return str(row["chapter"]), str(row["testbed"]), label.split(":", 1)[0].strip()
+
+
+def with_reference(own: list[dict], ref: list[dict], quantity: str = "") -> list[dict]:
+    """One claim's rows: this run's, with the reference's row in place of each of this run's
+    undecided rows it outweighs (`_stronger`; matched by `_subject`), and the reference's rows
+    for subjects this run did not measure at all. A run row that only says 'not measured' for
+    a whole chapter (its quantity is the claim's bare `quantity`, or its subject is the
+    chapter) goes where the reference supplies that chapter's rows. Decided rows of this run
+    are never replaced."""
+    ref_by = {}
+    for r in ref:
+        ref_by.setdefault(_subject(r), r)
+    own_keys = {_subject(r) for r in own}
+    out = []
+    for row in own:
+        alt = ref_by.get(_subject(row))
+        out.append(_from_reference(alt, row) if alt is not None and _stronger(alt, row)
+                   else row)
+    extra = [r for r in ref if _subject(r) not in own_keys and _stronger(r, None)]
+    if extra:
+        supplied = {r["chapter"] for r in extra}
+        out = [r for r in out if not (
+            r["verdict"] == NOT_MEASURED and r["chapter"] in supplied
+            and (r["quantity"] == quantity or _subject(r)[2] in ("", r["chapter"])))]
+        out.extend(_from_reference(r, None) for r in extra)
+    return flips(out)
 
 
 def chapter_claims(run_dir: str | Path, chapter: str) -> pd.DataFrame:
