@@ -223,8 +223,9 @@ def _claims_rows() -> pd.DataFrame:
         {"paper": "Shi 2019", "claim_id": "shi_ps_traffic_proportional", "claim": "PS traffic",
          "quantity": "ratio [10GbE]", "value": 0.986212, "ci_low": nan, "ci_high": nan,
          "runs": 1, "testbed": "emulated", "verdict": "inconclusive",
-         "source": "reference run: vm, 2026-11-24, git 0a4b4e3+dirty, 126bab8+dirty "
-                   "(16 cells); emulated", "reason": "inconclusive: 1 runs (needs 5)"},
+         "source": "reference run: vm, 2026-11-24, git 0a4b4e3, 126bab8 (22 runs of 13 "
+                   "cells); 4 run(s) of uncommitted code left out (not reference material); "
+                   "emulated", "reason": "inconclusive: 1 runs (needs 5)"},
         {"paper": "Malik 2018", "claim_id": "malik_same_batch_resnet50", "claim": "same batch",
          "quantity": "ratio [resnet50]", "value": nan, "ci_low": nan, "ci_high": nan,
          "runs": 0, "testbed": "emulated", "source": nan, "verdict": "not measured",
@@ -248,7 +249,8 @@ def test_claims_view_is_a_reviewers_table() -> None:
     assert "2.67 [1.16, 21.6], 5 runs" in page  # rounded, with interval and runs
     assert "0.986, 1 run (no interval: a verdict needs 5)" in page
     assert "make report-full" in page and "chapter 09_batch_size" in page  # what to run
-    assert "not reference material" in page and "2 git shas" in page  # dirty reference flagged
+    assert ("2 git shas, 22 runs of 13 cells); 4 run(s) of uncommitted code left out"
+            in page)  # the reference label shortened, what it counted and left out kept
     assert "\u2014 (set by configuration, not measured)" in page
     assert claims_view.stated_verdicts(page) == [(0, "agrees"), (1, "inconclusive"),
                                                  (2, "not measured"),
@@ -263,6 +265,63 @@ def test_claims_view_is_a_reviewers_table() -> None:
     rules = claims_view.rules()
     assert "inconclusive" in rules and "independent runs" in rules and "interval" in rules
     assert claims_view.num(float("nan")) == "\u2014" and claims_view.num(41394.225275) == "4.14e+04"
+
+
+def _ref_frame(hosts: list[str], shas: list[str], left_out: int = 0) -> pd.DataFrame:
+    """A `reference.load` frame: one row per run, two runs of the first cell."""
+    df = pd.DataFrame({"strategy": ["ps_sync", "ps_sync", "allreduce"], "workers": [2, 2, 4],
+                       "ref_host": hosts, "ref_git_sha": shas,
+                       "ref_created": ["2026-11-24T01:00", "2026-11-25T01:00",
+                                       "2026-11-26T01:00"]})
+    df.attrs["uncommitted_left_out"] = left_out
+    return df
+
+
+@pytest.mark.parametrize("hosts,shas,left_out,want", [
+    (["vm"] * 3, ["a" * 40] * 3, 0,
+     "reference run (vm, 2026-11-24 to 2026-11-26, aaaaaaa, 3 runs of 2 cells)"),
+    (["vm", "vm", "gpu1"], ["a" * 40, "b" * 40, "c" * 40], 4,
+     "reference run (gpu1, vm, 2026-11-24 to 2026-11-26, 3 git shas, 3 runs of 2 cells); "
+     "4 run(s) of uncommitted code left out (not reference material); emulated"),
+])
+def test_claims_view_shortens_what_reference_label_writes(hosts: list[str], shas: list[str],
+                                                          left_out: int, want: str) -> None:
+    """The claims page's source column reads `reference.label`'s own text (the one definition),
+    several hosts and the uncommitted-runs tail included."""
+    from ddlstudy.records import reference
+    from ddlstudy.report import claims_view
+
+    text = reference.label(_ref_frame(hosts, shas, left_out))
+    tail = "; emulated" if left_out else ""
+    assert claims_view._source(text + tail) == want
+
+
+def test_lead_figure_from_the_reference_says_its_runs_cells_and_left_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without chapter 03's emulated section draws the lead figure from the committed
+    reference, labelled by `reference.label` over all its chapters: runs, cells, and the runs of
+    uncommitted code each chapter left out, summed."""
+    import shutil
+
+    from ddlstudy.records import reference
+
+    src = reference.reference_dir() / "03_ps_vs_ring-emulated-vgg16"
+    if not (src / "summary.csv").exists():
+        pytest.skip("no committed chapter 03 emulated reference for vgg16")
+    ref = tmp_path / "ref"
+    for name in ("03_ps_vs_ring-emulated-vgg16", "03_ps_vs_ring-emulated-alexnet"):
+        shutil.copytree(src, ref / name, ignore=shutil.ignore_patterns("*.pt"))
+    run = next((ref / "03_ps_vs_ring-emulated-alexnet" / "runs").iterdir())
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps({**meta, "git_sha": "f" * 40 + "+dirty",
+                                               "code_commit": None}))
+    monkeypatch.setattr(reference, "reference_dir", lambda: ref)
+    (tmp_path / "book" / "_static" / "data").mkdir(parents=True)
+    html_text = book._lead(tmp_path / "run", [], tmp_path / "book")
+    pooled = pd.concat([reference.load(n) for n in sorted(p.name for p in ref.iterdir())])
+    n = reference.counted(pooled)
+    assert f"({n}); 1 run(s) of uncommitted code left out" in html_text, html_text
+    assert not hasattr(book, "reference_label")  # one definition: reference.label
 
 
 def test_book_states_claims_csv_verdicts_and_presents_outputs(tmp_path: Path) -> None:

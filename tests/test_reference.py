@@ -35,7 +35,44 @@ def test_reference_cells_load_with_their_label(tmp_path: Path) -> None:
                              "allreduce-ring vgg16 x1")
     assert text.startswith("reference run: ")
     assert meta["host"]["hostname"] in text and meta["created"][:10] in text
-    assert meta["git_sha"][:7] in text and "(2 cells)" in text
+    assert meta["git_sha"][:7] in text and "(2 runs of 2 cells)" in text
+
+
+def test_label_counts_runs_and_cells_apart(tmp_path: Path) -> None:
+    """A reference table has one row per run: a cell measured twice is 2 runs of 1 cell, and a
+    chapter's own table (`load_table`) is counted in rows of that table."""
+    _cell(tmp_path, "allreduce-ring vgg16 x1", 1)
+    _cell(tmp_path, "allreduce-ring vgg16 x1/r1", 1)  # the same cell's second run
+    _cell(tmp_path, "allreduce-ring vgg16 x2", 2)
+    cells = reference.load("03_ps_vs_ring-emulated-vgg16", root=tmp_path)
+    assert len(cells) == 3 and "(3 runs of 2 cells)" in reference.label(cells)
+    assert "(1 run of 1 cell)" in reference.label(cells[cells["workers"] == 2])
+    chapter = tmp_path / "03_ps_vs_ring-emulated-vgg16"
+    cells.to_csv(chapter / "table.csv", index=False)
+    records.write_meta(chapter, {}, status="ok", git_sha="c0ffee1")
+    table = reference.load_table(chapter.name, "table", root=tmp_path)
+    assert "(3 rows of table.csv)" in reference.label(table)
+
+
+def _cell_folders_with_committed_runs(chapter: Path) -> int:
+    runs = [reference.cell_runs(c) for c in reference._cells(chapter / "runs")]
+    return sum(any(records.read_meta(r).get("status") == "ok"
+                   and reference.code_version(records.read_meta(r))[1] for r in cell)
+               for cell in runs)
+
+
+def test_committed_reference_labels_count_its_cell_folders() -> None:
+    """On the committed reference: the label's cells are its cell folders (those with a run of
+    committed code), its runs the rows `load` read."""
+    chapters = sorted(p.parent for p in reference.reference_dir().glob("*/runs")
+                      if not (p.parent / "runs.csv").exists())  # 08-10: tables, not cells
+    if not chapters:
+        pytest.skip("no committed reference chapters with cell folders")
+    for chapter in chapters:
+        cells = reference.load(chapter.name)
+        n = _cell_folders_with_committed_runs(chapter)
+        assert f"({len(cells)} run{'s' * (len(cells) != 1)} of {n} cell{'s' * (n != 1)})" \
+            in reference.label(cells), chapter.name
 
 
 def test_no_reference_cells_say_so(tmp_path: Path) -> None:

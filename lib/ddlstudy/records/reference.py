@@ -84,15 +84,34 @@ def load_table(chapter: str, name: str, root: Path | None = None) -> pd.DataFram
     df = pd.read_csv(path)
     own = {"ref_host": "run_host", "ref_created": "run_created", "ref_git_sha": "run_git_sha"}
     if set(own.values()) <= set(df):
-        return df.assign(**{ref: df[run].astype(str) for ref, run in own.items()})
-    return df.assign(
-        ref_host=(meta.get("host") or {}).get("hostname", "?"),
-        ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?"))
+        df = df.assign(**{ref: df[run].astype(str) for ref, run in own.items()})
+    else:
+        df = df.assign(
+            ref_host=(meta.get("host") or {}).get("hostname", "?"),
+            ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?"))
+    df.attrs["table"] = f"{name}.csv"  # `label` counts its rows as rows, not runs
+    return df
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def counted(cells: pd.DataFrame) -> str:
+    """What a reference frame holds, counted as what its rows are: 'N runs of M cells' for
+    `load` (one row per run; a cell is a distinct configuration: IDENTITY and the network
+    identity), 'N rows of <name>.csv' for `load_table` (a chapter's own table)."""
+    table = cells.attrs.get("table")
+    if table:
+        return f"{_plural(len(cells), 'row')} of {table}"
+    keys = [k for k in (*IDENTITY, *NETWORK_IDENTITY) if k in cells]
+    n_cells = len(cells.drop_duplicates(keys)) if keys else len(cells)
+    return f"{_plural(len(cells), 'run')} of {_plural(n_cells, 'cell')}"
 
 
 def label(cells: pd.DataFrame) -> str:
-    """'reference run: <host>, <first date> to <last date>, git <sha(s)>' for these cells, and
-    how many runs of uncommitted code `load` left out."""
+    """'reference run: <host(s)>, <first date>[ to <last date>], git <sha(s)> (<counted>)' for
+    a `load` or `load_table` frame, and how many runs of uncommitted code `load` left out."""
     gone = int(cells.attrs.get("uncommitted_left_out", 0))
     note = (f"; {gone} run(s) of uncommitted code left out (not reference material)"
             if gone else "")
@@ -103,7 +122,7 @@ def label(cells: pd.DataFrame) -> str:
     shas = sorted({str(s)[:7] + ("+dirty" if str(s).endswith("+dirty") else "")
                    for s in cells["ref_git_sha"]})
     hosts = ", ".join(sorted(set(cells["ref_host"].astype(str))))
-    return f"reference run: {hosts}, {span}, git {', '.join(shas)} ({len(cells)} cells){note}"
+    return f"reference run: {hosts}, {span}, git {', '.join(shas)} ({counted(cells)}){note}"
 
 
 # ----------------------------------------------------------------------------- adding runs

@@ -489,9 +489,12 @@ def _lead(run_dir: Path, pages: list[Page], src: Path) -> str:
         if not frames:
             return ""
         found = [c for c in cells if len(c)]
-        sha = reference_label(pd.concat(found, ignore_index=True)) if found else "unknown"
-        where = (f"the committed reference run (`results/reference`; {sha}): this run did not "
-                 "run chapter 03's emulated section")
+        pooled = pd.concat(found, ignore_index=True) if found else pd.DataFrame()
+        pooled.attrs["uncommitted_left_out"] = sum(  # concat keeps no attrs that differ
+            int(c.attrs.get("uncommitted_left_out", 0)) for c in cells)
+        where = (f"the committed reference records (`results/reference`; "
+                 f"{reference.label(pooled)}): this run did not run chapter 03's emulated "
+                 "section")
         label = "emulated links, compute replayed; committed reference run"
     data = pd.concat(frames, ignore_index=True)
     fig = plots.ps_vs_ring(data, "Parameter Server vs ring all-reduce: cluster-equivalent "
@@ -513,19 +516,6 @@ def _lead(run_dir: Path, pages: list[Page], src: Path) -> str:
             f"<figcaption><b>Figure 1</b>: {html.escape(caption.split(': ', 1)[1])}. "
             f'<a href="_static/data/lead_ps_vs_ring.csv">data (csv)</a></figcaption></figure>'
             f"\n\nFrom {where}.\n")
-
-
-def reference_label(cells: pd.DataFrame) -> str:
-    """Which code measured the reference cells: dates, git shas, and how many came from a tree
-    with uncommitted changes (`+dirty`: flagged, not hidden)."""
-    shas = sorted({str(x)[:7] + ("+dirty" if str(x).endswith("+dirty") else "")
-                   for x in cells.get("ref_git_sha", pd.Series(dtype=str))})
-    dates = sorted(str(c)[:10] for c in cells.get("ref_created", pd.Series(dtype=str)))
-    span = (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}") if dates else ""
-    dirty = sum(s.endswith("+dirty") for s in shas)
-    flag = (f", {dirty} of them with uncommitted changes (+dirty): not reference material"
-            if dirty else "")
-    return f"{len(cells)} cells, {span}, git {', '.join(shas)}{flag}"
 
 
 def _headlines(run_dir: Path, pages: list[Page], src: Path) -> str:

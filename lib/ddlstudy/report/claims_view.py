@@ -90,17 +90,21 @@ def measure_command(reason: str) -> str:
     return "no chapter of this study measures it (see the reasoning)"
 
 
+_LABEL = re.compile(r"reference run: (.+?), (\d{4}-\d\d-\d\d(?: to \d{4}-\d\d-\d\d)?), "
+                    r"git ([^(]+?) \(([^)]+)\)(.*)", re.S)
+
+
 def _source(label: str) -> str:
-    """A reference run's label shortened: host, date, how many git shas, dirty flagged."""
-    found = re.match(r"reference run: ([^,]+), ([^,]+), git ([^(]+?) \((\d+) cells\)(.*)", label)
+    """A reference run's label (`ddlstudy.records.reference.label`) shortened: host(s), dates,
+    how many git shas, what it counted (runs of cells, or a table's rows) and the rest (runs of
+    uncommitted code left out, what was measured)."""
+    found = _LABEL.match(label)
     if not found:
         return label or DASH
-    host, date, shas, cells, rest = found.groups()
+    host, date, shas, counted, rest = found.groups()
     shas_l = [s.strip() for s in shas.split(",")]
-    dirty = sum(s.endswith("+dirty") for s in shas_l)
     sha = shas_l[0] if len(shas_l) == 1 else f"{len(shas_l)} git shas"
-    flag = " \u26a0 uncommitted code (+dirty): not reference material" if dirty else ""
-    return f"reference run ({host}, {date}, {sha}, {cells} cells){flag}{rest}"
+    return f"reference run ({host}, {date}, {sha}, {counted}){rest}"
 
 
 def ours(row: pd.Series) -> str:
