@@ -43,6 +43,33 @@ def test_a_changed_record_changes_the_answer(tmp_path):
     assert readme.render(text, ref, only=["answer"]) != text
 
 
+def test_provenance_reads_each_runs_code_version_once(tmp_path, monkeypatch):
+    """Each run's code version is worked out once: two runs, one certified +dirty and one of
+    uncommitted code, give two calls, one run counted and one left out."""
+    import json
+
+    from ddlstudy.records.reference import code_version
+
+    calls = []
+
+    def counted(meta):  # the real code_version, counted
+        calls.append(meta)
+        return code_version(meta)
+
+    host = {"hostname": "vm", "cpu_count": 2, "load_avg": [1.0, 1.0, 1.0]}
+    for name, extra in (("c1", {"code_commit": "a" * 40}), ("c2", {})):
+        run = tmp_path / f"{readme.EMULATED_03}vgg16" / "runs" / name
+        run.mkdir(parents=True)
+        (run / "meta.json").write_text(json.dumps({
+            "status": "ok", "created": "2026-11-26T01:00", "host": host,
+            "git_sha": "b" * 40 + "+dirty", **extra}))
+    monkeypatch.setattr(readme, "code_version", counted)
+    text = readme.provenance(tmp_path)
+    assert len(calls) == 2
+    assert "1 runs measured 2026-11-26" in text and "code aaaaaaa;" in text
+    assert "1 runs of uncommitted code left out" in text
+
+
 def test_chapter_table_lists_every_registered_chapter():
     from ddlstudy.chapters.registry import CHAPTER_NAMES
 

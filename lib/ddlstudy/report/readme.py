@@ -49,11 +49,11 @@ def provenance(ref: Path) -> str:
     meta.json: a cell can hold runs of several sittings)."""
     metas = [json.loads(p.read_text())
              for p in sorted(ref.glob(f"{EMULATED_03}*/runs/**/meta.json"))]
-    metas = [m for m in metas if m.get("status", "ok") == "ok"]
-    left_out = sum(not code_version(m)[1] for m in metas)
-    metas = [m for m in metas if code_version(m)[1]]  # uncommitted code: not reference material
+    versions = [(m, *code_version(m)) for m in metas if m.get("status", "ok") == "ok"]
+    metas = [m for m, _, committed in versions if committed]  # else: not reference material
+    left_out = len(versions) - len(metas)
     days = sorted({m["created"][:10] for m in metas})
-    shas = sorted({code_version(m)[0][:7] for m in metas})
+    shas = sorted({sha[:7] for _, sha, committed in versions if committed})
     hosts = sorted({f"{m['host']['hostname']} ({m['host']['cpu_count']} cores)" for m in metas})
     loads = [m["host"]["load_avg"][0] for m in metas if m.get("host", {}).get("load_avg")]
     load = (f", 1-min load {min(loads):.1f}-{max(loads):.1f} on {len(loads)} of {len(metas)} "
