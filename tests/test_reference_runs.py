@@ -226,3 +226,29 @@ def test_certify_finds_the_commit_that_holds_a_dirty_runs_code(tmp_path: Path) -
     assert json.loads((root / "ch" / "runs" / "c1" / "meta.json").read_text())["code_commit"] == b
     assert reference.code_version(json.loads(
         (root / "ch" / "runs" / "c2" / "meta.json").read_text())) == (f"{a}+dirty", False)
+
+
+def test_a_later_sitting_adds_the_tables_a_chapter_lacks_stamped(tmp_path: Path) -> None:
+    """Chapter 11: the accuracy runs are in the reference (meta.json, accuracy.csv); a later
+    sitting's comparison.csv joins them with its own host, date and code on every row
+    (load_table keeps them), and the chapter's own accuracy.csv is not overwritten."""
+    dest, src = tmp_path / "ref" / "11_beyond", tmp_path / "src" / "11_beyond"
+    for folder, host, created in ((dest, "old", "2026-11-25"), (src, "new", "2026-11-26")):
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text(json.dumps({
+            "status": "ok", "created": created, "git_sha": f"{host}sha",
+            "host": {"hostname": host}}))
+        pd.DataFrame({"strategy": ["ddp"], "acc": [0.9 if host == "old" else 0.1]}).to_csv(
+            folder / "accuracy.csv", index=False)
+    pd.DataFrame({"strategy": ["zero1", "zero3"], "bytes": [1.0, 1.5],
+                  "folder": [str(src / "runs" / "a"), str(src / "runs" / "b")]}).to_csv(
+        src / "comparison.csv", index=False)
+    _run(src / "runs" / "zero1_resnet18_x4_replay", 10.0)
+    reference.add_runs(src, dest)
+    assert pd.read_csv(dest / "accuracy.csv")["acc"].tolist() == [0.9]
+    table = reference.load_table("11_beyond", "comparison", root=tmp_path / "ref")
+    assert table["ref_host"].tolist() == ["new", "new"]
+    assert table["ref_created"].tolist() == ["2026-11-26"] * 2
+    assert table["folder"].tolist() == ["runs/a", "runs/b"]
+    assert reference.load_table("11_beyond", "accuracy", root=tmp_path / "ref")[
+        "ref_host"].tolist() == ["old"]

@@ -207,18 +207,36 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
     added. A run whose meta is missing or not ok is skipped; a cell `dest` lacks is created.
     A chapter `dest` does not hold yet (no meta.json: chapters 08-10, whose tables are computed
     from all their runs) also gets `src`'s own tables and meta.json (`folder` columns made
-    relative to the chapter); only CSV and JSON files are copied (no checkpoints)."""
+    relative to the chapter); only CSV and JSON files are copied (no checkpoints). A chapter
+    `dest` holds already (another part of it measured in an earlier sitting: chapter 11's
+    accuracy runs) gets the tables of `src` it lacks, each row stamped with `src`'s host, date
+    and code (run_host, run_created, run_git_sha: `load_table` keeps them row by row); its own
+    tables are never overwritten."""
     import shutil
 
-    if (src / "meta.json").exists() and not (dest / "meta.json").exists():
-        dest.mkdir(parents=True, exist_ok=True)
+    def copy_tables(stamp: dict[str, str] | None) -> None:
         for f in sorted(src.glob("*.csv")):
-            table = pd.read_csv(f)
+            if stamp is not None and (dest / f.name).exists():
+                continue
+            table = pd.read_csv(f) if f.stat().st_size else pd.DataFrame()
+            if table.empty and stamp is not None:
+                continue
             if "folder" in table:
                 table["folder"] = [str(Path(x).relative_to(src)) if str(x).startswith(str(src))
                                    else x for x in table["folder"]]
+            if stamp is not None:
+                table = table.assign(**{k: v for k, v in stamp.items() if k not in table})
             table.to_csv(dest / f.name, index=False)
+
+    if (src / "meta.json").exists() and not (dest / "meta.json").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        copy_tables(None)
         shutil.copy2(src / "meta.json", dest / "meta.json")
+    elif (src / "meta.json").exists():
+        meta = records.read_meta(src)
+        copy_tables({"run_host": (meta.get("host") or {}).get("hostname", "?"),
+                     "run_created": str(meta.get("created", "?")),
+                     "run_git_sha": code_version(meta)[0]})
     added: dict[str, int] = {}
     new_runs: list[tuple[Path, int]] = []
     cells = _cells(src / "runs")
