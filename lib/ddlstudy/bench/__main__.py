@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+
+from ddlstudy.cli.train import _OneLineParser
 
 BENCHMARKS = {
     "collectives": "ddlstudy.bench.collectives",
@@ -13,10 +14,16 @@ BENCHMARKS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddlstudy.bench")
+    parser = _OneLineParser(prog="python -m ddlstudy.bench")  # bad flags: one line, exit 2
     sub = parser.add_subparsers(dest="benchmark", required=True)
     modules = {}
+    # only the benchmark asked for is imported (the collectives one loads torch for its --op
+    # choices): `train`'s flags are checked before torch loads; --help or a typo builds all
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = argv[0] if argv and argv[0] in BENCHMARKS else None
     for name, module_name in BENCHMARKS.items():
+        if chosen and name != chosen:
+            continue
         module = importlib.import_module(module_name)
         modules[name] = module
         summary = (module.__doc__ or "").strip().split("\n")[0]

@@ -34,12 +34,15 @@ from typing import Any
 import pandas as pd
 
 from ddlstudy.cli.train import (
+    _OneLineParser,
     add_config_arguments,
     add_network_arguments,
     check_network_args,
     config_from_args,
 )
-from ddlstudy.train.trainer import TrainConfig
+from ddlstudy.train.config import TrainConfig  # not the trainer: torch loads only once every
+
+# flag is checked (`_main_owned`), so a bad flag is refused in well under a second
 
 # variant name -> TrainConfig overrides
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -257,6 +260,6 @@ def _main_owned(args: argparse.Namespace, configs: dict[str, Any], names: list[s
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m ddlstudy.bench train")
+    parser = _OneLineParser(prog="python -m ddlstudy.bench train")
     add_arguments(parser)
     sys.exit(main(parser.parse_args()))
