@@ -1,7 +1,8 @@
 """The frameworks the papers measured, on the same engines: Horovod and TensorFlow.
 
 - `horovod` (frameworks.horovod): a Strategy under the torch trainer; Horovod's gloo ring
-  through hvd.DistributedOptimizer, started from the engines via Horovod's RendezvousServer.
+  through hvd.DistributedOptimizer, started from the engines via Horovod's RendezvousServer;
+  `horovod_fp16` the same with hvd.Compression.fp16.
   Built by scripts/build_horovod.sh (`make setup`).
 - `tf_allreduce`, `tf_ps_sync`, `tf_ps_async` (frameworks.tf_strategies): TF's own
   MultiWorkerMirroredStrategy and ParameterServerStrategy with their own driver, writing the
@@ -32,6 +33,11 @@ def _register() -> None:
         framework="horovod", options=("bucket_mb",), bytes_source="analytic",
         missing=partial(_missing, "horovod"),
         summary="Horovod's gloo ring through hvd.DistributedOptimizer"))
+    register_strategy(StrategySpec(
+        "horovod_fp16", "ddlstudy.frameworks.horovod:HorovodFp16", family="allreduce",
+        framework="horovod", options=("bucket_mb",), bytes_source="analytic",
+        missing=partial(_missing, "horovod_fp16"),
+        summary="horovod with hvd.Compression.fp16: gradients all-reduced in float16"))
     tf = dict(factory=None, driver="ddlstudy.frameworks.tf_strategies:train",
               framework="tensorflow", bytes_source="analytic")
     register_strategy(StrategySpec(
@@ -62,8 +68,8 @@ def missing(strategy: str) -> str | None:
         except ImportError:  # the parent package is missing
             return True
 
-    if strategy == "horovod" and absent("horovod.torch.mpi_lib_v2"):
-        return ("horovod is not installed (or built without torch); run `make setup` "
+    if strategy in HOROVOD_STRATEGIES and absent("horovod.torch.mpi_lib_v2"):
+        return (f"{strategy}: horovod is not installed (or built without torch); run `make setup` "
                 "(scripts/build_horovod.sh builds Horovod 0.28.1 into wheels/)")
     if strategy in TF_STRATEGIES and absent("tensorflow"):
         return (f"{strategy} needs tensorflow, which is not installed; run `make setup` "
@@ -125,5 +131,6 @@ def _ephemeral_low() -> int:
 
 _register()
 FRAMEWORK_STRATEGIES = tuple(strategy_names(kind="framework"))
+HOROVOD_STRATEGIES = tuple(strategy_names(framework="horovod"))
 TF_STRATEGIES = tuple(strategy_names(framework="tensorflow"))
 TF_PS_STRATEGIES = tuple(strategy_names(framework="tensorflow", family="ps"))

@@ -1,4 +1,5 @@
-"""Horovod (torch frontend, Horovod's own gloo ring) as a ddlstudy strategy: `horovod`.
+"""Horovod (torch frontend, Horovod's own gloo ring) as ddlstudy strategies: `horovod`, and
+`horovod_fp16` (the same with Horovod's fp16 gradient compression).
 
 It runs under the ordinary torch trainer (ddlstudy.train.trainer): same engines, same data shards,
 same records. The trainer's torch.distributed group is used only for its chunk barriers and, here,
@@ -27,6 +28,12 @@ observable (Horovod's thread) and stays NaN. Bytes are the ring's 2(N-1)/N x gra
 worker (analytic, as for ddp: Horovod's gloo all-reduce is a ring; measure them on the wire with
 the namespace counters under emulation). Compute replay hands each replayed gradient to
 Horovod's own hook, in reverse order, so fusion and overlap behave as after a real backward.
+
+`horovod_fp16`: everything as above but `compression=hvd.Compression.fp16` (Horovod 0.28.1's
+FP16Compressor, horovod/torch/compression.py: each floating-point gradient cast to float16
+before its all-reduce, averaged in float16, cast back to its own dtype after). Its bytes are
+the ring's 2(N-1)/N x gradient elements x 2 bytes (analytic), half of `horovod`'s for float32
+gradients; every record carries `compression` (none / fp16) beside the tuning columns.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -124,6 +131,16 @@ def tuning(env: dict[str, str] | None = None) -> dict[str, Any]:
     return out
 
 
+def wire_bytes(p: torch.Tensor, compression: str) -> int:
+    """Bytes of p's gradient as Horovod all-reduces it: fp16 casts a floating-point gradient to
+    2 bytes per element (FP16Compressor.compress), anything else goes as it is."""
+    if compression == "fp16" and p.dtype.is_floating_point:
+        return p.numel() * 2
+    if compression in ("none", "fp16"):
+        return p.numel() * p.element_size()
+    raise ValueError(f"unknown Horovod compression {compression!r}: use none or fp16")
+
+
 def start_rendezvous(ip: str) -> tuple[Any, int]:
     """Horovod's RendezvousServer listening on `ip` only (the cluster's address: 127.0.0.1 for a
     local cluster), on a port the OS picks. Its own `start()` binds ('', port): every interface,
@@ -181,6 +198,7 @@ class Horovod(Strategy):
     """hvd.DistributedOptimizer over Horovod's gloo ring (see the module docstring)."""
 
     name = "horovod"
+    compression: ClassVar[str] = "none"  # a name in hvd.Compression: none or fp16
 
     def __init__(self, model: nn.Module, **kw: Any) -> None:
         super().__init__(model, **kw)
@@ -194,14 +212,16 @@ class Horovod(Strategy):
         self.hvd, self._server = rendezvous(self.rank, self.world, self.timeout_s)
         hvd = self.hvd
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.opt = hvd.DistributedOptimizer(self._optimizer(self.params), named_parameters=named)
+        self.opt = hvd.DistributedOptimizer(self._optimizer(self.params), named_parameters=named,
+                                            compression=getattr(hvd.Compression,
+                                                                self.compression))
         # Horovod's own broadcast (every rank seeded the same init; this keeps it so anyway).
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self._hooks = {p: self.opt._make_hook(p) for p in self.params} if self.world > 1 else {}
-        self.grad_bytes = sum(p.numel() * p.element_size() for p in self.params)
+        self.grad_bytes = sum(wire_bytes(p, self.compression) for p in self.params)
 
     def settings(self) -> dict[str, Any]:
-        return tuning()
+        return {**tuning(), "compression": self.compression}
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         """Replay: a replayed gradient is handed to Horovod's hook, as autograd would."""
@@ -232,3 +252,9 @@ class Horovod(Strategy):
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+
+
+class HorovodFp16(Horovod):
+    """`horovod` with hvd.Compression.fp16: gradients cross the ring as float16."""
+
+    name, compression = "horovod_fp16", "fp16"
