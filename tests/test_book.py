@@ -294,6 +294,8 @@ def test_claims_view_shortens_what_reference_label_writes(hosts: list[str], shas
     text = reference.label(_ref_frame(hosts, shas, left_out))
     tail = "; emulated" if left_out else ""
     assert claims_view._source(text + tail) == want
+    prefix = "chapter 07; "  # text before the label stays
+    assert claims_view._source(prefix + text + tail) == prefix + want
 
 
 def test_lead_figure_from_the_reference_says_its_runs_cells_and_left_out(

@@ -97,14 +97,14 @@ _LABEL = re.compile(r"reference run: (.+?), (\d{4}-\d\d-\d\d(?: to \d{4}-\d\d-\d
 def _source(label: str) -> str:
     """A reference run's label (`ddlstudy.records.reference.label`) shortened: host(s), dates,
     how many git shas, what it counted (runs of cells, or a table's rows) and the rest (runs of
-    uncommitted code left out, what was measured)."""
-    found = _LABEL.match(label)
+    uncommitted code left out, what was measured); text before the label is kept as it is."""
+    found = _LABEL.search(label)
     if not found:
         return label or DASH
     host, date, shas, counted, rest = found.groups()
     shas_l = [s.strip() for s in shas.split(",")]
     sha = shas_l[0] if len(shas_l) == 1 else f"{len(shas_l)} git shas"
-    return f"reference run ({host}, {date}, {sha}, {counted}){rest}"
+    return f"{label[:found.start()]}reference run ({host}, {date}, {sha}, {counted}){rest}"
 
 
 def ours(row: pd.Series) -> str:
