@@ -252,3 +252,16 @@ def test_a_later_sitting_adds_the_tables_a_chapter_lacks_stamped(tmp_path: Path)
     assert table["folder"].tolist() == ["runs/a", "runs/b"]
     assert reference.load_table("11_beyond", "accuracy", root=tmp_path / "ref")[
         "ref_host"].tolist() == ["old"]
+
+
+def test_a_chapter_table_names_the_commit_certify_found(tmp_path: Path) -> None:
+    """load_table gives a chapter table the sha `code_version` gives its meta: the certified
+    commit for a +dirty sitting, not the dirty sha."""
+    ch = tmp_path / "08_convergence"
+    ch.mkdir()
+    (ch / "meta.json").write_text(json.dumps({"status": "ok", "created": "2026-11-26",
+                                              "git_sha": "abc1234+dirty",
+                                              "code_commit": "def5678"}))
+    pd.DataFrame({"x": [1]}).to_csv(ch / "bracketing.csv", index=False)
+    table = reference.load_table("08_convergence", "bracketing", root=tmp_path)
+    assert table["ref_git_sha"].tolist() == ["def5678"]

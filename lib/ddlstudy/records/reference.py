@@ -88,7 +88,7 @@ def load_table(chapter: str, name: str, root: Path | None = None) -> pd.DataFram
     else:
         df = df.assign(
             ref_host=(meta.get("host") or {}).get("hostname", "?"),
-            ref_created=str(meta.get("created", "?")), ref_git_sha=meta.get("git_sha", "?"))
+            ref_created=str(meta.get("created", "?")), ref_git_sha=code_version(meta)[0])
     df.attrs["table"] = f"{name}.csv"  # `label` counts its rows as rows, not runs
     return df
 
