@@ -27,9 +27,9 @@ HVD = dict(model="mlp", shape=(1, 4, 4), num_classes=3, dataset="synthetic", wor
            batch_size=8, warmup_steps=1, steps=4, lr=0.5, dtype="float32",
            model_kwargs={"hidden": 64, "hidden1": 64})
 # fp16 keeps 11 significant bits: each gradient element is rounded (relative error <= 2**-11)
-# before the all-reduce and the fp16 sum / average once more, so over 5 SGD steps of this MLP the
-# loss moves by far less than 1 %; a wrong scale (no average, double average) moves it by more.
-LOSS_RTOL = 1e-2
+# before the all-reduce and the fp16 sum / average once more. Over these 5 SGD steps the losses
+# moved by at most 6.4e-5 relative (measured, deterministic for this seed); the bound leaves 30x.
+LOSS_RTOL = 2e-3
 
 
 def _needs() -> None:
