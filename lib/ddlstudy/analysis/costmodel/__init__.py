@@ -4,11 +4,13 @@ strategy on one or two link tiers, per-host constants fitted to measured cells, 
 
     python -m ddlstudy.costmodel validate results/reference
     python -m ddlstudy.costmodel regime-map --model resnet50 --out DIR
+    python -m ddlstudy.costmodel contention results/reference/<chapter>
 
 Modules: `alphabeta` (the collectives' cost terms and their fit), `step` (one step: tiers, S
 servers with incast, the overlapped PS, latency per message), `cells` (measured cells, fit,
 `project`), `links` (all-reduce alone on shaped links), `checks` (the three validations),
-`regime` (the regime map), `cli`. Every name below is importable from here.
+`regime` (the regime map), `contention` (repeats against the host load they ran under),
+`cli`. Every name below is importable from here.
 """
 
 from ddlstudy.analysis.costmodel.alphabeta import (
@@ -46,6 +48,7 @@ from ddlstudy.analysis.costmodel.checks import (
     settings_alone,
 )
 from ddlstudy.analysis.costmodel.cli import main
+from ddlstudy.analysis.costmodel.contention import load_sensitivity, repeat_table
 from ddlstudy.analysis.costmodel.links import (
     LINK_COLUMNS,
     fit_alpha,
@@ -93,6 +96,7 @@ __all__ = [
     "Tiers", "Validation",
     "_cell_step", "_nnls", "_usable", "allreduce_step", "bucket_layout", "fit", "fit_alpha",
     "fit_constants", "gradient_bytes", "held_out_by_configuration", "hierarchical_traffic",
+    "load_sensitivity", "repeat_table",
     "main", "node_nic_traffic", "predict", "predict_network", "predict_point",
     "predict_published", "predict_step", "predict_table", "prediction_error_table",
     "profile_link", "project", "project_step", "ps_step", "published_summary", "read_cells",

@@ -1,4 +1,7 @@
-"""`python -m ddlstudy.costmodel validate | validate-collectives | regime-map`.
+"""`python -m ddlstudy.costmodel validate | validate-collectives | contention | regime-map`.
+
+`contention DIR...` lists each cell's repeats against the host load they ran under
+(`contention.py`).
 
 `validate DIR...` prints (1) the emulated cells predicted with constants fitted on one
 configuration and held out on the others, per held-out group, (2) the published points predicted
@@ -26,6 +29,7 @@ from ddlstudy.analysis.costmodel.checks import (
     published_summary,
     settings_alone,
 )
+from ddlstudy.analysis.costmodel.contention import main_contention
 from ddlstudy.analysis.costmodel.links import _main_collectives
 from ddlstudy.analysis.costmodel.regime import regime_map
 from ddlstudy.analysis.costmodel.step import STEP_STRATEGIES
@@ -150,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     vc = sub.add_parser("validate-collectives", help="all-reduce alone on shaped links: "
                         "measured vs alpha-beta at the link's emulated rate, per point")
     vc.add_argument("dirs", nargs="+", help="folders searched for collectives_emulated.csv")
+    ct = sub.add_parser("contention", help="each cell's repeats against the host load they "
+                        "ran under: slope, correlation, step at a given load, finish spread")
+    ct.add_argument("dirs", nargs="+", help="folders searched for run folders (summary.csv, "
+                    "meta.json, steps.csv)")
+    ct.add_argument("--at-load", type=float, default=None,
+                    help="also read each cell's least-squares line at this 1-minute load "
+                    "(extrapolated where no repeat ran near it)")
     rg = sub.add_parser("regime-map", help="ring efficiency and best PS / ring over compute "
                         "time x inter-node bandwidth (analytic), with testbeds and cells")
     rg.add_argument("--model", required=True)
@@ -164,4 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         return _main_collectives(args.dirs)
     if args.cmd == "regime-map":
         return _regime(args)
+    if args.cmd == "contention":
+        return main_contention(args.dirs, args.at_load)
     return _validate(args.dirs)
