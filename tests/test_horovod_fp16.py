@@ -124,3 +124,34 @@ def test_cli_trains_horovod_fp16(tmp_path: Path) -> None:
     row = pd.read_csv(out / "summary.csv").iloc[0]
     assert (row["strategy"], row["compression"]) == ("horovod_fp16", "fp16")
     assert row["bytes_sent_per_step"] == row["params"] * 2  # 2(N-1)/N x P x 2 at N = 2
+
+
+def test_chapter_07_measures_it_beside_horovod(tmp_path: Path) -> None:
+    """Chapter 07 with horovod_fp16 in its strategies (loopback, unshaped, compute real): the
+    grid runs, scaling and bytes tables and both figures come out, the prose compares it with
+    horovod and states the tuning of all four Horovod runs."""
+    _needs()
+    import yaml
+
+    from ddlstudy.chapters import ch07_frameworks as ch
+    from ddlstudy.config.params import load_params
+
+    repo = Path(__file__).resolve().parents[1]
+    over = tmp_path / "p.yaml"
+    over.write_text(yaml.safe_dump({"frameworks": {"compute": "real", "timeline": False}}))
+    P = load_params(str(repo / "params/default.yaml"), str(over), check_data=False)
+    S = ch.setup(P, tmp_path / "run", strategies=["horovod", "horovod_fp16"], workers=[1, 2],
+                 profiles=["none"], model="mlp", steps=3)
+    scaled = ch.run(S)
+    assert sorted(zip(scaled["strategy"], scaled["workers"], strict=True)) == [
+        ("horovod", 1), ("horovod", 2), ("horovod_fp16", 1), ("horovod_fp16", 2)]
+    ch.figures(S)
+    ch.bytes_figure(S)
+    assert (S.out / "images_per_sec.png").exists() and (S.out / "bytes_per_node.png").exists()
+    at2 = S.summary[S.summary["workers"] == 2].set_index("strategy")
+    assert 2 * at2.loc["horovod_fp16", "bytes_sent_per_step"] == \
+        at2.loc["horovod", "bytes_sent_per_step"] > 0
+    assert at2["compression"].to_dict() == {"horovod": "none", "horovod_fp16": "fp16"}
+    text = ch.text(S)
+    assert "horovod_fp16 / horovod images/sec" in text, text
+    assert "all Horovod defaults; 4 runs" in text, text

@@ -25,7 +25,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ddlstudy.experiments import grid
-from ddlstudy.frameworks import TF_STRATEGIES
+from ddlstudy.frameworks import HOROVOD_STRATEGIES, TF_STRATEGIES
 from ddlstudy.train.trainer import TrainConfig, train
 
 
@@ -257,7 +257,8 @@ TUNING = ["hvd_fusion_threshold_bytes", "hvd_cycle_time_ms", "hvd_cache_capacity
 def tuning_text(summary: pd.DataFrame) -> str:
     """One sentence: Horovod's tuning as its runs' records carry it (frameworks.horovod.tuning:
     values in effect on rank 0, defaults included), and how many runs predate that record."""
-    hv = summary[summary["strategy"] == "horovod"] if "strategy" in summary else summary[:0]
+    hv = (summary[summary["strategy"].isin(HOROVOD_STRATEGIES)] if "strategy" in summary
+          else summary[:0])  # horovod and horovod_fp16 carry the same tuning columns
     if hv.empty:
         return ""
     known = hv.dropna(subset=TUNING[:4]) if set(TUNING[:4]) <= set(hv) else hv[:0]
