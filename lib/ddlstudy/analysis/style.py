@@ -24,7 +24,7 @@ _SPARE = ["#4E79A7", "#F28E2B", "#59A14F", "#B07AA1", "#9C755F", "#76B7B2", "#ED
 
 STRATEGY: dict[str, str] = {
     "ps_sync": "#D55E00", "ps_async": "#E69F00", "ps_sharded": "#F28E2B", "ps": "#D55E00",
-    "allreduce": "#0072B2", "ddp": "#56B4E9", "horovod": "#009E73",
+    "allreduce": "#0072B2", "ddp": "#56B4E9", "horovod": "#009E73", "horovod_fp16": "#59A14F",
     "tf_ps_sync": "#CC79A7", "tf_ps_async": "#B07AA1", "tf_allreduce": "#8C564B",
     "single": "#7F7F7F",
 }
