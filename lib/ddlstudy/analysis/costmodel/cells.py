@@ -6,7 +6,9 @@ counts, networks and what-ifs (chapter 06). Predictions are analytic; projection
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -104,12 +106,60 @@ def _usable(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return cells[why == ""].copy(), cells[why != ""].assign(skipped=why[why != ""])
 
 
+# The host's netem calibration, looked for beside the records (results/reference keeps the one
+# its cells ran under) before the emulator's own default location.
+CALIBRATION_NAME = "netem_calibration.json"
+
+
+@functools.lru_cache(maxsize=16)
+def _calibration_trials(path: str) -> tuple[tuple[float, float], ...]:
+    """(tbf rate, median payload / rate) of every loaded-ring trial that held its rate, offload
+    on (every reference cell ran with segmentation offload on); () when unreadable."""
+    try:
+        trials = json.loads(Path(path).read_text())["offload_on"]["tbf_trials"]
+        return tuple((float(t["rate_bps"]), float(t["median_link_ratio"]))
+                     for t in trials if t.get("held"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+
+
+def calibration_for(source: str | Path | None) -> Path | None:
+    """The netem calibration of the host a cell ran on: the nearest CALIBRATION_NAME in the
+    record's folder or above it, else the emulator's CALIBRATION_FILE; None if neither."""
+    from ddlstudy.network.emulated.netem import CALIBRATION_FILE
+    from ddlstudy.records.store import project_root
+
+    if source is not None and not (isinstance(source, float) and math.isnan(source)):
+        for d in [Path(source), *Path(source).parents]:
+            if (d / CALIBRATION_NAME).is_file():
+                return d / CALIBRATION_NAME
+    default = CALIBRATION_FILE if CALIBRATION_FILE.is_absolute() else (
+        project_root() / CALIBRATION_FILE)
+    return default if default.is_file() else None
+
+
+def duplex_share(rate_bps: float, calibration: Path | None) -> float | None:
+    """Payload per wire byte of a shaped link loaded in both directions at `rate_bps`: the
+    calibration's loaded ring (`netem --calibrate`: every node sending to the next at once, so
+    each link carries a flow each way), its trial nearest in rate. On this 2-core host 0.868
+    at 100 Mbit/s against GOODPUT 0.956 one way: the reverse flow's ACKs wait in the same tbf
+    queue as the data. None without a calibration (the model then charges goodput)."""
+    trials = _calibration_trials(str(calibration)) if calibration is not None else ()
+    if not trials or not rate_bps > 0:
+        return None
+    rate, ratio = min(trials, key=lambda t: abs(math.log(t[0] / rate_bps)))
+    return min(ratio, _step.GOODPUT)
+
+
 def _cell_step(row: Any, c: Constants) -> StepTime:
     """The model's step for one measured cell, in emulated seconds: latency as the cell emulated
-    it (its records' latency_emulated_s per message; 0 in cells that emulated none)."""
+    it (its records' latency_emulated_s per message; 0 in cells that emulated none), a link
+    loaded both ways at its host's calibrated duplex share (`duplex_share`)."""
     lat = getattr(row, "latency_emulated_s", 0.0)
     lat = 0.0 if lat is None or pd.isna(lat) else float(lat)
     link = profile_link(row.network, float(row.network_scale), latency_s=lat)
+    link = replace(link, duplex=duplex_share(link.rate_bps,
+                                             calibration_for(getattr(row, "source", None))))
     servers = None if pd.isna(row.servers) or not row.servers else int(row.servers)
     overlap = str(row.overlap).strip().lower() not in ("false", "0", "0.0")
     bucket = 25.0 if pd.isna(row.bucket_mb) else float(row.bucket_mb)

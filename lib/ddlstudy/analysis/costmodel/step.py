@@ -29,6 +29,19 @@ Beyond one GPU per node on one flat link (the defaults, what the emulated refere
   full-duplex link: pushes use the server's inbound direction, pulls its outbound one).
   Strategy `ps_overlap` (S separate servers) and `ps_colocated` (S = N, one server per worker,
   co-located) register these (step_model "ps_overlap_step" / "ps_colocated_step").
+- Links loaded both ways (`Link.duplex`, set for emulated cells only: `cells.duplex_share`): on
+  the tbf-shaped veth links a direction whose reverse carries data too moves less payload than
+  GOODPUT, the reverse flows' ACKs queueing behind its data in the same tbf queue; this host's
+  `netem --calibrate` loaded ring (a flow each way on every link) held 0.868 of the rate at
+  100 Mbit/s, offload on, against 0.956 one way. Charged where both directions carry data at
+  once: every all-reduce step but the simplex algorithms' (`SIMPLEX_ALGORITHMS`), the
+  overlapped PS's pushes while pulls run and pulls while pushes run, every co-located phase;
+  never the naive PS's push-then-pull phases. Issue 21, item 5: the settings-alone ring error
+  on the reference cells fell from 8 % to 3 % with it, and the fitted per-message cost, which
+  had stood in for it, from 8.3 to 1.3 ms. Not charged (no parameter-free form): TCP sharing
+  a bottleneck unequally among its flows, which the overlapped PS's per-bucket wait for every
+  worker's push turns into idle pull time (its workers end 0.4-6.7 s apart on shi2019, where
+  equal sharing ends them together), and host contention (`contention.py`).
 - Sharded data parallelism (`sharded_step`: zero1, zero2, zero3, fsdp): a ring reduce-scatter
   and a ring all-gather per unit, (p-1)/p of the unit's bytes and p-1 messages each, so ZeRO-1
   and -2 move a ring all-reduce's volume (2(p-1)/p Psi) and ZeRO-3 / FSDP 1.5x that (the
@@ -70,6 +83,10 @@ PS_STEP = LiveNames(lambda: (s.name for s in STRATEGIES.values()
                              if s.step_model in ("ps_step", "ps_overlap_step")))
 STEP_MODELS = ("allreduce_step", "ps_step", "ps_overlap_step", "ps_colocated_step",
                "sharded_step")
+# All-reduce algorithms whose every step sends and receives at once (each link loaded both
+# ways, `Link.beta_duplex`); the rest ("ps": gather then broadcast, "tree": reduce up then
+# broadcast down) load one direction of a link at a time.
+SIMPLEX_ALGORITHMS = frozenset({"ps", "tree"})
 # The two-tier all-reduce; not a registered algorithm (its code is the collectives layer's), so
 # the step model composes it from the ring's terms and traffic.
 HIERARCHICAL = "hierarchical"
@@ -141,16 +158,25 @@ ZERO = StepTime(0.0, 0.0, 0.0, 0.0, 0.0)
 class Link:
     """A full-duplex link: rate (bit/s on the wire), one-way latency (s) and the payload share
     of the wire (GOODPUT for TCP over Ethernet; 1.0 for PCIe, NVLink, RDMA: their rates are
-    quoted as payload rates here)."""
+    quoted as payload rates here). duplex: the payload share while the link's other direction
+    carries data too (None: goodput). Set for emulated cells only (`cells.duplex_share`): on
+    the tbf-shaped veth links a direction whose reverse is loaded carries less than goodput,
+    the reverse flows' ACKs waiting in that direction's queue behind its data."""
 
     rate_bps: float
     latency_s: float = 0.0
     goodput: float = GOODPUT
+    duplex: float | None = None
 
     @property
     def beta(self) -> float:
         """Seconds per payload byte."""
         return 8.0 / (self.rate_bps * self.goodput)
+
+    @property
+    def beta_duplex(self) -> float:
+        """Seconds per payload byte while both directions carry data."""
+        return 8.0 / (self.rate_bps * (self.duplex or self.goodput))
 
 
 @dataclass(frozen=True)
@@ -257,15 +283,16 @@ def _collective(algorithm: str, nbytes: float, n: int, link: Link,
     if algorithm == HIERARCHICAL:
         return _hierarchical(nbytes, nodes, link, tiers)
     a, b, g = terms(algorithm, nbytes, n)
+    beta = link.beta if algorithm in SIMPLEX_ALGORITHMS else link.beta_duplex
     if len(nodes) == n:  # one GPU per node: the flat link only (the emulated cells)
-        return StepTime(0.0, a * link.latency_s, b * link.beta, g, a)
+        return StepTime(0.0, a * link.latency_s, b * beta, g, a)
     intra = tiers.intra_link()
     if len(nodes) == 1:  # one node: the intra tier only
         return StepTime(0.0, a * intra.latency_s, b * intra.beta, g, a)
     # a flat ring placed node by node: one flow per direction through each NIC and each intra
     # link, so every step waits for the slower tier
     return StepTime(0.0, a * max(link.latency_s, intra.latency_s),
-                    b * max(link.beta, intra.beta), g, a)
+                    b * max(beta, intra.beta), g, a)
 
 
 def _hierarchical(nbytes: float, nodes: Sequence[int], link: Link, tiers: Tiers) -> StepTime:
@@ -282,7 +309,7 @@ def _hierarchical(nbytes: float, nodes: Sequence[int], link: Link, tiers: Tiers)
         out = out + phase + phase + StepTime(0.0, 0.0, 0.0, frac * nbytes, 0.0)
     if m > 1:
         a, b, g = terms("ring", nbytes, m)  # linear in bytes: k shards of n/k = one n
-        out = out + StepTime(0.0, a * link.latency_s, b * link.beta, g / kmin, a)
+        out = out + StepTime(0.0, a * link.latency_s, b * link.beta_duplex, g / kmin, a)
     return out
 
 
@@ -314,12 +341,13 @@ def allreduce_step(sizes: Sequence[int], n: int, link: Link, compute_s: float, c
 
 
 def _ps_phase(bucket: float, n: int, servers: int, link: Link, tiers: Tiers,
-              colocated: bool) -> float:
+              colocated: bool, duplex: bool = False) -> float:
     """Seconds per byte-direction of one push (or pull) of `bucket` bytes by every worker: the
     busiest link direction. Separate servers: a server's link carries N x bucket/S (incast), a
     worker node's NIC k x bucket. Co-located (one server on each of the first S worker nodes):
     a hosting node receives (N - k) x bucket/S from the other nodes' workers and sends its own
-    k workers' k x bucket x (1 - 1/S); a node without a server sends k x bucket."""
+    k workers' k x bucket x (1 - 1/S); a node without a server sends k x bucket. duplex: the
+    busiest direction's reverse carries data meanwhile (`Link.beta_duplex`)."""
     nodes = tiers.nodes(n)
     shard = bucket / servers
     if not colocated:
@@ -336,7 +364,7 @@ def _ps_phase(bucket: float, n: int, servers: int, link: Link, tiers: Tiers,
                              f"worker, S = N = {n}), have {len(nodes)}")
         busiest = max(max((n - k) * s * shard, k * (bucket - s * shard))
                       for k, s in zip(nodes, hosted, strict=True))
-    return busiest * link.beta
+    return busiest * (link.beta_duplex if duplex else link.beta)
 
 
 def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: float,
@@ -374,18 +402,24 @@ def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compu
     receive pushes and send pulls on different directions). Co-located servers use both
     directions of every NIC in each push and each pull, so there pushes and pulls share one
     chain. The critical path is whichever chain of (start, latencies, bytes, host work) ends
-    last."""
+    last. Both directions of the busiest NIC carry data (`Link.beta_duplex`) in every phase
+    but, with separate servers, the first bucket's push (no pull yet) and the last bucket's
+    pull (every push done)."""
     m = float(sum(sizes))
     forward = compute_s * (1 - BACKWARD_SHARE)
     count = len(sizes)
     no_overhead = replace(c, overhead_s=0.0)
     push_end, push_path = 0.0, ZERO
     pull_end, pull_path = 0.0, ZERO
-    for nbytes, last in bucket_layout(sizes, bucket_mb):
+    layout = bucket_layout(sizes, bucket_mb)
+    for i, (nbytes, last) in enumerate(layout):
         ready = forward + compute_s * BACKWARD_SHARE * (last + 1) / count
-        phase = _ps_phase(nbytes, n, servers, link, tiers, colocated)
-        push = StepTime(0.0, servers * link.latency_s, phase, n * nbytes / servers, servers)
-        pull = StepTime(0.0, servers * link.latency_s, phase, 0.0, servers)
+        push_wire = _ps_phase(nbytes, n, servers, link, tiers, colocated, colocated or i > 0)
+        pull_wire = _ps_phase(nbytes, n, servers, link, tiers, colocated,
+                              colocated or i < len(layout) - 1)
+        push = StepTime(0.0, servers * link.latency_s, push_wire, n * nbytes / servers,
+                        servers)
+        pull = StepTime(0.0, servers * link.latency_s, pull_wire, 0.0, servers)
         push_path = (replace(push, compute_s=ready) if ready >= push_end
                      else push_path + push)
         push_end = max(ready, push_end) + push.total(no_overhead)
