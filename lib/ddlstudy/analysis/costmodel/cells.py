@@ -130,12 +130,21 @@ def calibration_for(source: str | Path | None) -> Path | None:
     from ddlstudy.records.store import project_root
 
     if source is not None and not (isinstance(source, float) and math.isnan(source)):
-        for d in [Path(source), *Path(source).parents]:
-            if (d / CALIBRATION_NAME).is_file():
-                return d / CALIBRATION_NAME
+        found = _calibration_above(str(source))
+        if found is not None:
+            return found
     default = CALIBRATION_FILE if CALIBRATION_FILE.is_absolute() else (
         project_root() / CALIBRATION_FILE)
     return default if default.is_file() else None
+
+
+@functools.lru_cache(maxsize=256)
+def _calibration_above(folder: str) -> Path | None:
+    """The nearest CALIBRATION_NAME in `folder` or above it (cached: the fit asks per cell)."""
+    for d in [Path(folder), *Path(folder).parents]:
+        if (d / CALIBRATION_NAME).is_file():
+            return d / CALIBRATION_NAME
+    return None
 
 
 def duplex_share(rate_bps: float, calibration: Path | None) -> float | None:
