@@ -88,3 +88,21 @@ def test_reference_cells_settings_alone(alone: pd.DataFrame):
     assert _med(alone, "allreduce") < 0.05
     assert _med(alone, "ps_sync") < 0.01
     assert _med(alone, "ps_overlap") < 0.13
+
+
+def test_a_run_summary_without_the_newer_columns_is_not_a_second_cell(tmp_path) -> None:
+    """A chapter summary row (with gpus_per_node / latency_emulated_s) and the run's own older
+    summary.csv (without them) of one measurement count once."""
+    import pandas as pd
+
+    from ddlstudy.analysis.costmodel import cells as C
+
+    row = {c: 1 for c in C.CELL_COLUMNS}
+    row.update({"model": "resnet50", "strategy": "allreduce", "network": "10GbE",
+                "wall_s": 12.5, "steps": 1, "workers": 2})
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    pd.DataFrame([{**row, "gpus_per_node": 1, "latency_emulated_s": 0.0}]).to_csv(
+        tmp_path / "summary.csv", index=False)
+    old = {k: v for k, v in row.items() if k not in ("gpus_per_node", "latency_emulated_s")}
+    pd.DataFrame([old]).to_csv(tmp_path / "runs" / "a" / "summary.csv", index=False)
+    assert len(C.read_cells([tmp_path])) == 1
