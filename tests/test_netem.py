@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -146,6 +147,18 @@ def test_offloads_off_without_ethtool(monkeypatch: pytest.MonkeyPatch) -> None:
     with netem.EmulatedNetwork(1, "10GbE", offload_off=False) as net:
         assert "merged segments" in net.describe()["packet_counting"]
         assert netem.offload_state(net.host_ifaces[0])["tso"] is True
+
+
+@needs_netns
+def test_records_say_which_tcp_congestion_control_shares_the_links() -> None:
+    """Namespaces inherit the host's congestion control (bbr here), which sets how flows share
+    a tbf link: describe() reads it inside the node namespace, an algorithm the kernel has."""
+    host = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    avail = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    with netem.EmulatedNetwork(1, "10GbE") as net:
+        cc = net.describe()["tcp_congestion_control"]
+    assert cc == host and cc in avail
+    assert netem.congestion_control("ddl-no-such-namespace") == "unknown"
 
 
 @needs_netns

@@ -455,6 +455,7 @@ class EmulatedNetwork:
         self.ips: list[str] = []
         self.offload_method: str | None = None
         self.tbf = tbf_params(self.profile["emulated_rate_bps"]) if self.scale else None
+        self.congestion: str | None = None
         self.is_up = False
 
     def _name(self, run_id: str) -> None:
@@ -492,6 +493,7 @@ class EmulatedNetwork:
         except BaseException:
             self.down()
             raise
+        self.congestion = congestion_control(self.namespaces[0])
         return self
 
     def _build(self) -> None:
@@ -605,6 +607,7 @@ class EmulatedNetwork:
                         else "none"), "tbf": self.tbf, "mtu": self.mtu,
             "offload_method": self.offload_method, "packet_counting": counting,
             "latency_note": latency_note(),
+            "tcp_congestion_control": self.congestion or congestion_control(None),
             "offload_off": self.offload_off,
             "aggregate_ceiling_bps": self.ceiling["aggregate_bps"],
             "link_ceiling_bps": self.ceiling["link_bps"],
@@ -615,6 +618,22 @@ class EmulatedNetwork:
             "bridge_ip": self.bridge_ip, "namespaces": list(self.namespaces),
             "ips": list(self.ips), "ifaces": list(self.ifaces),
         }
+
+
+def congestion_control(namespace: str | None) -> str:
+    """TCP congestion control the engines' connections use: a new namespace inherits the
+    host's (e.g. bbr), which sets how flows share a tbf-shaped link, so records say it.
+    'unknown' where it cannot be read."""
+    path = "/proc/sys/net/ipv4/tcp_congestion_control"
+    if namespace is None:
+        try:
+            return Path(path).read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+    try:
+        return _ip("netns", "exec", namespace, "cat", path).strip() or "unknown"
+    except (NetemError, OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def _netns_list() -> list[str]:
