@@ -244,7 +244,9 @@ def test_a_later_sitting_adds_the_tables_a_chapter_lacks_stamped(tmp_path: Path)
                   "folder": [str(src / "runs" / "a"), str(src / "runs" / "b")]}).to_csv(
         src / "comparison.csv", index=False)
     _run(src / "runs" / "zero1_resnet18_x4_replay", 10.0)
-    reference.add_runs(src, dest)
+    reference.add_runs(src, dest)  # runs only, by default
+    assert not (dest / "comparison.csv").exists()
+    assert reference.main(["add-runs", str(src), str(dest), "--tables"]) == 0
     assert pd.read_csv(dest / "accuracy.csv")["acc"].tolist() == [0.9]
     table = reference.load_table("11_beyond", "comparison", root=tmp_path / "ref")
     assert table["ref_host"].tolist() == ["new", "new"]

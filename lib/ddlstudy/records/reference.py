@@ -199,7 +199,7 @@ def _stamp(run: Path) -> tuple[str, str, str]:
             str((meta.get("host") or {}).get("hostname")))
 
 
-def add_runs(src: Path, dest: Path) -> dict[str, int]:
+def add_runs(src: Path, dest: Path, tables: bool = False) -> dict[str, int]:
     """Add every finished run of `src` (one chapter folder of another sitting, same params per
     cell) to `dest` as further independent runs: a cell's runs in `dest` keep their numbers, the
     new ones follow (r<m>, r<m+1>, ...), each with its own meta.json (host, date, git sha, load).
@@ -207,11 +207,12 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
     added. A run whose meta is missing or not ok is skipped; a cell `dest` lacks is created.
     A chapter `dest` does not hold yet (no meta.json: chapters 08-10, whose tables are computed
     from all their runs) also gets `src`'s own tables and meta.json (`folder` columns made
-    relative to the chapter); only CSV and JSON files are copied (no checkpoints). A chapter
-    `dest` holds already (another part of it measured in an earlier sitting: chapter 11's
-    accuracy runs) gets the tables of `src` it lacks, each row stamped with `src`'s host, date
-    and code (run_host, run_created, run_git_sha: `load_table` keeps them row by row); its own
-    tables are never overwritten."""
+    relative to the chapter); only CSV and JSON files are copied (no checkpoints). With
+    `tables`, a chapter `dest` holds already (another part of it measured in an earlier
+    sitting: chapter 11's accuracy runs) gets the tables of `src` it lacks, each row stamped
+    with `src`'s host, date and code (run_host, run_created, run_git_sha: `load_table` keeps
+    them row by row); its own tables are never overwritten. Off by default: a chapter 03
+    folder's derived tables (breakdown.csv) from one sitting would misstate the pooled runs."""
     import shutil
 
     def copy_tables(stamp: dict[str, str] | None) -> None:
@@ -232,7 +233,7 @@ def add_runs(src: Path, dest: Path) -> dict[str, int]:
         dest.mkdir(parents=True, exist_ok=True)
         copy_tables(None)
         shutil.copy2(src / "meta.json", dest / "meta.json")
-    elif (src / "meta.json").exists():
+    elif tables and (src / "meta.json").exists():
         meta = records.read_meta(src)
         copy_tables({"run_host": (meta.get("host") or {}).get("hostname", "?"),
                      "run_created": str(meta.get("created", "?")),
@@ -392,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("add-runs", help="copy SRC's finished runs into DEST, rebuild summary")
     a.add_argument("src")
     a.add_argument("dest")
+    a.add_argument("--tables", action="store_true",
+                   help="also copy SRC's chapter tables DEST lacks (rows stamped with SRC's "
+                   "host, date, code): a part of the chapter measured in another sitting")
     c = sub.add_parser("certify", help="name the commit whose package code a +dirty run ran")
     c.add_argument("dir", nargs="?", default=None, help="default: results/reference")
     args = parser.parse_args(argv)
@@ -414,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     try:
-        added = add_runs(src, dest)
+        added = add_runs(src, dest, tables=args.tables)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
