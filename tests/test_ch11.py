@@ -20,9 +20,12 @@ def test_registered_with_notebook_params_and_tables() -> None:
     c = get_chapter(ch.NAME)
     assert (REPO / "notebooks" / c.notebook).exists() and c.params_section == "beyond"
     assert {"comparison", "bytes_ratio", "stragglers", "straggler_slowdown"} <= set(c.tables)
-    assert not c.quick  # report-full, like 07-10
+    assert c.quick  # make report runs it at short settings, report-full at full ones
+    quick = load_params(str(REPO / "params/default.yaml"))
     full = load_params(str(REPO / "params/default.yaml"), str(REPO / "params/full.yaml"))
-    assert ch.NAME in full.report.chapters
+    assert ch.NAME in quick.report.chapters and ch.NAME in full.report.chapters
+    assert len(quick.beyond.strategies) < len(full.beyond.strategies)
+    assert quick.beyond.repeats < full.beyond.repeats == 5
 
 
 @pytest.mark.parametrize(("beyond", "match"), [
@@ -135,3 +138,14 @@ def test_accuracy_settings_are_stated_and_an_absent_data_set_is_one_line(
     assert ch.accuracy(S).empty and not (tmp_path / ch.NAME / "accuracy.csv").exists()
     assert capsys.readouterr().out.count("Accuracy runs skipped: mnist not available") == 1
     assert "run `make data`" in ch.text(S)
+
+
+def test_powersgd_cells_keep_its_plain_all_reduce_steps_in_the_warm_up(tmp_path: Path) -> None:
+    """torch's PowerSGD sends plain gradients for its first 2 steps: a comparison cell with one
+    warm-up step would count uncompressed bytes, so the chapter raises its warm-up to 2 (and
+    only its: the other arms keep the section's)."""
+    P = load_params(Path(__file__).parents[1] / "params/default.yaml", check_data=False)
+    S = ch.setup(P, tmp_path, strategies=["allreduce", "ddp_powersgd1", "ddp_powersgd4"],
+                 warmup_steps=1)
+    warm = {c.strategy: c.warmup_steps for c in S.configs}
+    assert warm == {"allreduce": 1, "ddp_powersgd1": 2, "ddp_powersgd4": 2}

@@ -9,7 +9,8 @@ Bytes are what the hooks hand to all-reduce, counted by a stand-in for the hooks
 2(N-1)/N (`bytes_source: analytic`, as `ddp`): for PowerSGD the P and Q matrices and the
 tensors it leaves uncompressed (1-D ones, and those the rank would not shrink by 2x).
 PowerSGD all-reduces plain gradients for its first `start_powerSGD_iter` = 2 steps (torch's
-minimum with error feedback); the study's default 2 warm-up steps cover them.
+minimum with error feedback, `POWERSGD_PLAIN_STEPS`): a measurement of its bytes needs at least
+that many warm-up steps (chapter 11 raises its cells' warm-up to it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch
 from torch import nn
 
 from ddlstudy.strategies.base import StepStats, Strategy
+
+POWERSGD_PLAIN_STEPS = 2  # torch's start_powerSGD_iter minimum with error feedback
 
 
 class _CountingDist:
@@ -128,7 +131,7 @@ class CompressedDDP(Strategy):
         if self.compression == "powersgd":
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=self.rank_r,
-                start_powerSGD_iter=2, use_error_feedback=True, warm_start=True,
+                start_powerSGD_iter=POWERSGD_PLAIN_STEPS, use_error_feedback=True, warm_start=True,
                 random_seed=0)
             return state, powerSGD_hook.powerSGD_hook
         raise ValueError(f"unknown compression {self.compression!r}")
