@@ -246,3 +246,23 @@ def test_a_short_run_takes_the_references_decided_rows_labelled(tmp_path) -> Non
     same = engine.claims_table(run, folders, [claim], reference=run)
     assert same.drop(columns="reason").equals(
         engine.claims_table(run, folders, [claim]).drop(columns="reason"))
+
+
+def test_a_chapter_the_run_did_not_measure_gives_way_to_the_references_rows() -> None:
+    """A run whose chapter 11 has no accuracy runs says 'not measured [PowerSGD / DDP]'; the
+    reference's per-rank rows (decided) replace it; a not-measured row in a chapter where the
+    run measured something else stays (it names what that run lacks)."""
+    def row(q: str, chapter: str, verdict: str, runs: int) -> dict:
+        return {"quantity": f"acc [{q}]", "chapter": chapter, "testbed": "t", "verdict": verdict,
+                "runs": runs, "source": "", "reason": verdict, "column": "", "ratio_what": "",
+                "ratio": math.nan, "flipped_by": ""}
+
+    own = [row("PowerSGD / DDP", "11_beyond", engine.NOT_MEASURED, 0),
+           row("vgg19", "03", engine.NOT_MEASURED, 0), row("resnet50: x", "03", "inconclusive", 2)]
+    ref = [row("ddp_powersgd1 / ddp", "11_beyond", engine.AGREES, 5),
+           row("alexnet: x", "03", engine.AGREES, 5)]
+    out = engine.with_reference(own, ref, "acc")
+    got = sorted((r["quantity"], r["verdict"]) for r in out)
+    assert got == [("acc [alexnet: x]", engine.AGREES),
+                   ("acc [ddp_powersgd1 / ddp]", engine.AGREES),
+                   ("acc [resnet50: x]", "inconclusive"), ("acc [vgg19]", engine.NOT_MEASURED)]

@@ -215,9 +215,9 @@ def with_reference(own: list[dict], ref: list[dict], quantity: str = "") -> list
     """One claim's rows: this run's, with the reference's row in place of each of this run's
     undecided rows it outweighs (`_stronger`; matched by `_subject`), and the reference's rows
     for subjects this run did not measure at all. A run row that only says 'not measured' for
-    a whole chapter (its quantity is the claim's bare `quantity`, or its subject is the
-    chapter) goes where the reference supplies that chapter's rows. Decided rows of this run
-    are never replaced."""
+    a whole chapter (its quantity is the claim's bare `quantity`, its subject is the chapter,
+    or the run measured nothing in that chapter for this claim) goes where the reference
+    supplies that chapter's rows. Decided rows of this run are never replaced."""
     ref_by = {}
     for r in ref:
         ref_by.setdefault(_subject(r), r)
@@ -230,9 +230,11 @@ def with_reference(own: list[dict], ref: list[dict], quantity: str = "") -> list
     extra = [r for r in ref if _subject(r) not in own_keys and _stronger(r, None)]
     if extra:
         supplied = {r["chapter"] for r in extra}
+        measured = {r["chapter"] for r in own if int(r["runs"]) > 0}
         out = [r for r in out if not (
             r["verdict"] == NOT_MEASURED and r["chapter"] in supplied
-            and (r["quantity"] == quantity or _subject(r)[2] in ("", r["chapter"])))]
+            and (r["quantity"] == quantity or _subject(r)[2] in ("", r["chapter"])
+                 or r["chapter"] not in measured))]
         out.extend(_from_reference(r, None) for r in extra)
     return flips(out)
 
