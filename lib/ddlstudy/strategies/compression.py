@@ -11,6 +11,17 @@ tensors it leaves uncompressed (1-D ones, and those the rank would not shrink by
 PowerSGD all-reduces plain gradients for its first `start_powerSGD_iter` = 2 steps (torch's
 minimum with error feedback, `POWERSGD_PLAIN_STEPS`): a measurement of its bytes needs at least
 that many warm-up steps (chapter 11 raises its cells' warm-up to it).
+
+`ddp_topk1`: top-k sparsification with error feedback (Stich et al. 2018, Lin et al. 2018's
+deep gradient compression without its momentum correction) as a custom comm hook, `_topk_hook`:
+per bucket the rank adds its residual to the flat gradient, keeps the k = ceil(`fraction` x the
+bucket's elements) largest magnitudes, all-gathers their values (the bucket's dtype) and int32
+indices (every rank's k is the same, its indices are not: an all-reduce of a dense vector would
+send every element), scatter-adds the N sets into a dense zero bucket, divides by N, and keeps
+what it did not send as its new residual. Bytes: what the rank hands to `all_gather` (k values +
+k indices per bucket) x (N-1), each rank's payload reaching the N-1 others in a ring all-gather
+(`bytes_source: analytic`); received: the same. The hook blocks on both gathers inside backward
+(no overlap with the rest of backward on gloo).
 """
 
 from __future__ import annotations
@@ -29,20 +40,64 @@ POWERSGD_PLAIN_STEPS = 2  # torch's start_powerSGD_iter minimum with error feedb
 
 
 class _CountingDist:
-    """torch.distributed, except that all_reduce adds its tensor's bytes to `nbytes`."""
+    """torch.distributed, except that all_reduce adds its tensor's bytes to `nbytes` and
+    all_gather adds the bytes of the tensor this rank contributes (its input, once, not the
+    gathered list) to `gathered`: the caller scales them, 2(N-1)/N for a ring all-reduce and
+    (N-1) for a ring all-gather."""
 
     def __init__(self, real: ModuleType) -> None:
         self._real = real
         self.lock = threading.Lock()
         self.nbytes = 0
+        self.gathered = 0
 
     def all_reduce(self, tensor: torch.Tensor, *args: Any, **kw: Any) -> Any:
         with self.lock:
             self.nbytes += tensor.numel() * tensor.element_size()
         return self._real.all_reduce(tensor, *args, **kw)
 
+    def all_gather(self, tensor_list: list[torch.Tensor], tensor: torch.Tensor, *args: Any,
+                   **kw: Any) -> Any:
+        with self.lock:
+            self.gathered += tensor.numel() * tensor.element_size()
+        return self._real.all_gather(tensor_list, tensor, *args, **kw)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.nbytes = self.gathered = 0
+
+    def wire_bytes(self, world: int) -> int:
+        """Bytes this rank sent since `reset`: ring all-reduce 2(N-1)/N x its tensors' bytes,
+        ring all-gather (N-1) x its own contribution."""
+        if world <= 1:
+            return 0
+        with self.lock:
+            return 2 * (world - 1) * self.nbytes // world + (world - 1) * self.gathered
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+def topk_count(numel: int, fraction: float) -> int:
+    """Entries a top-k hook sends of a bucket of `numel` elements: ceil(fraction x numel), at
+    least 1, at most numel."""
+    return min(numel, max(1, math.ceil(fraction * numel)))
+
+
+def topk_bytes(bucket_numels: list[int], fraction: float, world: int,
+               value_bytes: int = 4, index_bytes: int = 4) -> int:
+    """Bytes per step per rank of `ddp_topk*` for buckets of these sizes: per bucket k values +
+    k int32 indices, to N-1 peers (ring all-gather)."""
+    per_rank = sum(topk_count(n, fraction) * (value_bytes + index_bytes) for n in bucket_numels)
+    return (world - 1) * per_rank
+
+
+def _topk_hook(state, bucket):  # unannotated: DDP checks a hook's annotations (as objects)
+    """DDP comm hook: `state` is the DDPTopK strategy; a completed Future of the bucket's
+    averaged sparse gradient."""
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(state.topk_bucket(bucket.buffer(), bucket.parameters()))
+    return fut
 
 
 def powersgd_elements(shapes: list[tuple[int, ...]], rank: int,
@@ -128,6 +183,8 @@ class CompressedDDP(Strategy):
             return None, default_hooks.fp16_compress_hook
         if self.compression == "bf16":
             return None, default_hooks.bf16_compress_hook
+        if self.compression == "topk":
+            return self, _topk_hook
         if self.compression == "powersgd":
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=self.rank_r,
@@ -141,11 +198,9 @@ class CompressedDDP(Strategy):
                          "(use compute: real)")
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
-        with self.counter.lock:
-            self.counter.nbytes = 0
+        self.counter.reset()
         loss, compute_s, update_s = self._train_step(self.ddp, x, y)
-        n = self.world
-        wire = 2 * (n - 1) * self.counter.nbytes // n if n > 1 else 0
+        wire = self.counter.wire_bytes(self.world)
         return StepStats(loss=loss, compute_s=compute_s, comm_s=float("nan"),
                          comm_wait_s=float("nan"), update_s=update_s,
                          step_s=compute_s + update_s,
@@ -188,3 +243,69 @@ class DDPPowerSGD4(CompressedDDP):
     """DDP + PowerSGD rank 4, error feedback."""
 
     name, compression, rank_r = "ddp_powersgd4", "powersgd", 4
+
+
+class DDPTopK(CompressedDDP):
+    """DDP + top-k sparsification with error feedback (`_topk_hook`): `fraction` of each
+    bucket's elements sent, as values + int32 indices through all_gather."""
+
+    name, compression = "ddp_topk", "topk"
+    fraction: ClassVar[float] = 0.01
+    error_feedback: ClassVar[bool] = True
+
+    def __init__(self, model: nn.Module, **kw: Any) -> None:
+        # parameter -> what this rank has not sent yet (same shape), filled by the hook
+        self.residual: dict[torch.Tensor, torch.Tensor] = {}
+        self.bucket_numels: list[int] = []  # the sizes of the buckets of the last step
+        super().__init__(model, **kw)
+
+    def topk_bucket(self, flat: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+        """One bucket: flat gradient + residual, its k largest magnitudes all-gathered and
+        scatter-added, / N; the rest kept as the residual (kept per parameter, so it survives
+        DDP's rebuilding of its buckets after the first step)."""
+        sizes = [p.numel() for p in params]
+        if sum(sizes) != flat.numel():
+            raise RuntimeError(f"{self.name}: bucket of {flat.numel()} elements holds "
+                               f"parameters of {sum(sizes)}")
+        acc = flat.detach().clone()
+        if self.error_feedback and self.residual:
+            acc += torch.cat([self.residual[p].reshape(-1) if p in self.residual
+                              else flat.new_zeros(p.numel()) for p in params])
+        k = topk_count(acc.numel(), self.fraction)
+        idx = torch.topk(acc.abs(), k, sorted=False).indices
+        values, idx32 = acc[idx], idx.to(torch.int32)
+        if self.world > 1:
+            got_v = [torch.empty_like(values) for _ in range(self.world)]
+            got_i = [torch.empty_like(idx32) for _ in range(self.world)]
+            self.counter.all_gather(got_v, values)
+            self.counter.all_gather(got_i, idx32)
+        else:
+            got_v, got_i = [values], [idx32]
+        out = torch.zeros_like(flat)
+        out.index_add_(0, torch.cat(got_i).long(), torch.cat(got_v))
+        out.div_(self.world)
+        if self.error_feedback:
+            acc[idx] = 0
+            for p, rest in zip(params, acc.split(sizes), strict=True):
+                self.residual[p] = rest.view_as(p)
+        self.bucket_numels.append(flat.numel())
+        return out
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
+        self.bucket_numels = []
+        return super().step(x, y)
+
+    def residual_vector(self) -> torch.Tensor:
+        """The residual of every parameter, flat, in parameter order (zeros before a step)."""
+        return torch.cat([self.residual.get(p, torch.zeros_like(p)).reshape(-1)
+                          for p in self.params])
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "topk_fraction": self.fraction,
+                "topk_error_feedback": self.error_feedback}
+
+
+class DDPTopK1(DDPTopK):
+    """DDP + top-k, 1 % of each bucket's elements, error feedback."""
+
+    name, fraction = "ddp_topk1", 0.01

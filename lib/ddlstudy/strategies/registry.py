@@ -246,3 +246,7 @@ register_strategy(StrategySpec(
     "ddp_powersgd4", "ddlstudy.strategies.compression:DDPPowerSGD4", family="allreduce",
     options=("bucket_mb",), bytes_source="analytic",
     summary="DDP + PowerSGD rank 4 with error feedback (torch's powerSGD_hook)"))
+register_strategy(StrategySpec(
+    "ddp_topk1", "ddlstudy.strategies.compression:DDPTopK1", family="allreduce",
+    options=("bucket_mb",), bytes_source="analytic",
+    summary="DDP + top-k 1 % of each bucket (values + int32 indices all-gathered), error feedback"))
