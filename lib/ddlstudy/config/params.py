@@ -707,9 +707,9 @@ class BeyondParams(_Section):
     compute: Literal["real", "replay"] = "replay"
     real_compute: LocalStrategies = Field(default_factory=lambda: [
         "zero3", "fsdp", "ddp_fp16", "ddp_bf16", "ddp_powersgd1", "ddp_powersgd2",
-        "ddp_powersgd4", "ddp_topk1"], description="strategies that have no compute replay (they gather "
-        "or hook inside forward/backward): under compute replay they compute for real, and "
-        "their images/sec is not compared with replayed cells (bytes still are)")
+        "ddp_powersgd4", "ddp_topk1"], description="strategies that have no compute replay "
+        "(they gather or hook inside forward/backward): under compute replay they compute for "
+        "real, and their images/sec is not compared with replayed cells (bytes still are)")
     replay_source: ReplaySource = Field("gpu", description="'measured', 'gpu' or a CSV path")
     algorithm: AlgorithmName = "ring_pipelined"
     batch_size: int = Field(32, ge=1, le=1 << 16)
