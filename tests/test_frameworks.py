@@ -286,3 +286,23 @@ def test_horovod_timeline_comes_back_from_the_engines(tmp_path) -> None:
     assert (events["phase"] == "ALLREDUCE").any(), events["phase"].unique()
     assert (tmp_path / "horovod_timeline.json").stat().st_size > 0
     assert set(glob.glob(f"{tempfile.gettempdir()}/ddlstudy-hvd-timeline-*")) <= before
+
+
+def test_timeline_taken_by_another_engine_of_the_host_is_not_an_error(tmp_path, monkeypatch
+                                                                      ) -> None:
+    """Engines of one host share /tmp and take the timeline at once: the file can vanish
+    between another engine's check and open (a fresh-clone CI failed on it). Made to happen:
+    the file is seen as present, then is gone; the engine returns '' and unsets the variable;
+    setting one twice over a vanished file is no error either."""
+    from ddlstudy.experiments import timeline
+
+    gone = tmp_path / "ddlstudy-hvd-timeline-x.json"
+    monkeypatch.setenv("HOROVOD_TIMELINE", str(gone))
+    monkeypatch.setattr(timeline.os.path, "exists", lambda p: True)
+    assert timeline._take_timeline() == ""
+    assert "HOROVOD_TIMELINE" not in timeline.os.environ
+    monkeypatch.setattr(timeline.tempfile if hasattr(timeline, "tempfile") else __import__(
+        "tempfile"), "gettempdir", lambda: str(tmp_path))
+    assert timeline._set_timeline(gone.name) == str(gone)
+    gone.write_text('[{"name": "x"}]')
+    assert timeline._take_timeline() == '[{"name": "x"}]' and not gone.exists()

@@ -9,6 +9,7 @@ gloo ring itself). The file is written as the run goes and is often not closed w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -27,7 +28,7 @@ def _set_timeline(name: str) -> str:
     import tempfile
 
     path = os.path.join(tempfile.gettempdir(), name)
-    if os.path.exists(path):
+    with contextlib.suppress(FileNotFoundError):  # engines of one host share the folder
         os.unlink(path)
     os.environ["HOROVOD_TIMELINE"] = path
     os.environ["HOROVOD_TIMELINE_MARK_CYCLES"] = "0"
@@ -36,13 +37,20 @@ def _set_timeline(name: str) -> str:
 
 def _take_timeline() -> str:
     """Engine side: the timeline's text ('' where this engine wrote none), its file removed and
-    HOROVOD_TIMELINE unset, so the driver gets the events whatever host the engine is on."""
+    HOROVOD_TIMELINE unset, so the driver gets the events whatever host the engine is on.
+    Engines of one host share the temporary folder and run this at once: another may have read
+    and removed rank 0's file between our check and our open (a fresh-clone CI hit that race),
+    so a file gone is '' here, not an error."""
     path = os.environ.pop("HOROVOD_TIMELINE", None)
-    if not path or not os.path.exists(path):
+    if not path:
         return ""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    os.unlink(path)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
     return text
 
 
