@@ -266,3 +266,33 @@ def test_a_chapter_the_run_did_not_measure_gives_way_to_the_references_rows() ->
     assert got == [("acc [alexnet: x]", engine.AGREES),
                    ("acc [ddp_powersgd1 / ddp]", engine.AGREES),
                    ("acc [resnet50: x]", "inconclusive"), ("acc [vgg19]", engine.NOT_MEASURED)]
+
+
+def test_pani_ratio_takes_each_testbed_at_its_own_top_worker_count(tmp_path) -> None:
+    """Another testbed's larger grid (Wang's 16 GPUs, one model) in the emulated section must
+    not set the top worker count of today's models: the H100 row stays measured at 6 workers
+    (it read 'not measured' once Wang's cells joined the reference)."""
+    import pandas as pd
+
+    from ddlstudy.claims.base import EMULATED_03
+
+    for model, compute, comm in (("alexnet", 1.0, 10.0), ("resnet152", 10.0, 10.0)):
+        rows = [{**r, "model": model, "compute_s": compute * (1 + 0.01 * r["repeat"]),
+                 "comm_s": comm * (1 + 0.02 * (r["repeat"] % 3))}
+                for r in _grid("none", 1000, 1000, 1.0, 1.0)]
+        (tmp_path / f"{EMULATED_03}-{model}").mkdir()
+        pd.DataFrame(rows).to_csv(tmp_path / f"{EMULATED_03}-{model}" / "summary.csv",
+                                  index=False)
+    wang = tmp_path / "03_ps_vs_ring-testbed-wang_nchc_10gbe-resnet50"
+    wang.mkdir()
+    pd.DataFrame([{"model": "resnet50", "strategy": "allreduce", "workers": 16, "repeat": r,
+                   "images_per_sec": 6000.0, "compute_s": 30.0, "comm_s": 1.0,
+                   "testbed": "wang_nchc_10gbe"} for r in range(2)]).to_csv(
+        wang / "summary.csv", index=False)
+    folders = engine.chapter_folders(["03_ps_vs_ring"], [], ["alexnet", "resnet152", "resnet50"])
+    claim = next(c for c in engine.CLAIMS if c.id == "pani_small_model_high_ratio")
+    table = engine.claims_table(tmp_path, folders, [claim])
+    emu = table[table["chapter"] == EMULATED_03]
+    assert len(emu) == 1 and "at 6 workers: alexnet (least compute) / resnet152" in \
+        emu["quantity"].iloc[0]
+    assert emu["verdict"].iloc[0] == engine.AGREES and emu["runs"].iloc[0] >= 5
