@@ -296,3 +296,23 @@ def test_pani_ratio_takes_each_testbed_at_its_own_top_worker_count(tmp_path) -> 
     assert len(emu) == 1 and "at 6 workers: alexnet (least compute) / resnet152" in \
         emu["quantity"].iloc[0]
     assert emu["verdict"].iloc[0] == engine.AGREES and emu["runs"].iloc[0] >= 5
+
+
+def test_malik_comm_share_reads_todays_testbed_only(tmp_path) -> None:
+    """An AlexNet PS grid on a paper's testbed (more workers, K80 compute) must not set the
+    H100 row's top worker count or mix its runs in."""
+    import pandas as pd
+
+    from ddlstudy.claims.base import EMULATED_03
+
+    rows = [{"model": "alexnet", "strategy": "ps_sync", "workers": 6, "repeat": r,
+             "comm_s": 99.0 + r * 0.1, "compute_s": 1.0, "testbed": "none"} for r in range(5)]
+    rows += [{"model": "alexnet", "strategy": "ps_sync", "workers": 8, "repeat": r,
+              "comm_s": 1.0, "compute_s": 99.0, "testbed": "shi2019"} for r in range(5)]
+    (tmp_path / f"{EMULATED_03}-alexnet").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / f"{EMULATED_03}-alexnet" / "summary.csv", index=False)
+    folders = engine.chapter_folders(["03_ps_vs_ring"], [], ["alexnet"])
+    claim = next(c for c in engine.CLAIMS if c.id == "malik_alexnet_comm_bottleneck")
+    (row,) = engine.claims_table(tmp_path, folders, [claim]).to_dict("records")
+    assert "at 6 workers" in row["quantity"] and row["value"] > 0.98
+    assert row["verdict"] == engine.AGREES
