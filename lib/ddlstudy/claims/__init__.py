@@ -18,6 +18,7 @@ from ddlstudy.claims.base import (
     Claim,
     Measurement,
     Records,
+    by_testbed,
     per_run,
     runs,
     side,
@@ -26,5 +27,5 @@ from ddlstudy.claims.base import (
 from ddlstudy.claims.registry import register_claim
 
 __all__ = ["EMULATED_03", "NOT_MEASURED", "REPRODUCTION", "SET_BY_CONFIG", "TESTBED_EMULATED",
-           "TESTBED_HOST", "TESTBED_NONE", "UPDATE", "Claim", "Measurement", "Records", "per_run",
-           "register_claim", "runs", "side", "values"]
+           "TESTBED_HOST", "TESTBED_NONE", "UPDATE", "Claim", "Measurement", "Records",
+           "by_testbed", "per_run", "register_claim", "runs", "side", "values"]

@@ -201,3 +201,13 @@ def values(s: pd.Series) -> tuple[float, ...]:
     """A per-run series as a tuple of its finite positive values."""
     vals = s.to_numpy(float)
     return tuple(float(v) for v in vals[np.isfinite(vals) & (vals > 0)])
+
+
+def by_testbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(testbed name, its rows) of an emulated chapter 03 summary, today's H100 replay
+    ('none': cells without a `testbed` column, or with none in it) first, then by name: a claim
+    compares cells of one testbed, never one testbed's grid against another's."""
+    if "testbed" not in df:
+        return [("none", df)]
+    names = df["testbed"].fillna("none").astype(str)
+    return [(n, df[names == n]) for n in sorted(names.unique(), key=lambda n: (n != "none", n))]

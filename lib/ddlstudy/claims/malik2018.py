@@ -79,8 +79,7 @@ def _comm_share(rec: Records) -> list[Measurement]:
     df = rec.table(claims.EMULATED_03, "summary")
     need = "ps_sync with alexnet in network.chapter03_models"
     part = df[(df["model"] == "alexnet") & (df["strategy"] == PS)] if "model" in df else df
-    if "testbed" in part:  # today's H100 replay only: a paper testbed's cells are another row
-        part = part[part["testbed"].fillna("none").astype(str) == "none"]
+    part = dict(claims.by_testbed(part)).get("none", part[:0])  # today's H100 replay only
     if part.empty or not {"comm_s", "compute_s"} <= set(part):
         return [Measurement("alexnet", missing=rec.missing(claims.EMULATED_03, need),
                             chapter=claims.EMULATED_03)]

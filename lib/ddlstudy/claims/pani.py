@@ -80,13 +80,9 @@ def _ratio(rec: Records) -> list[Measurement]:
             continue
         ring_all = df[(df["strategy"] == RING) & (df["workers"] > 1)]
         # one testbed at a time: another testbed's grid (Wang's 16 GPUs) must not set the top
-        # worker count of this one's models; today's (H100 replay, testbed none) first
-        beds = (sorted(ring_all["testbed"].fillna("none").astype(str).unique(),
-                       key=lambda b: (b != "none", b)) if "testbed" in ring_all else ["none"])
+        # worker count of this one's models
         found = False
-        for tb in beds:
-            part = (ring_all[ring_all["testbed"].fillna("none").astype(str) == tb]
-                    if "testbed" in ring_all else ring_all)
+        for tb, part in claims.by_testbed(ring_all):
             part = part[part["workers"] == part["workers"].max()] if not part.empty else part
             if part.empty or part["model"].nunique() < 2:
                 continue

@@ -51,10 +51,9 @@ def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str, str]]:
     if df.empty or "testbed" not in df:
         return [*out, (claims.EMULATED_03, df, src, claims.TESTBED_EMULATED,
                        claims.UPDATE if not df.empty else "")]
-    names = df["testbed"].fillna("none").astype(str)
-    for name in sorted(names.unique(), key=lambda n: (n != "none", n)):
+    for name, part in claims.by_testbed(df):
         bed, column = _testbed_label(name)
-        out.append((claims.EMULATED_03, df[names == name], src, bed, column))
+        out.append((claims.EMULATED_03, part, src, bed, column))
     return out
 
 
