@@ -377,7 +377,7 @@ def test_book_states_claims_csv_verdicts_and_presents_outputs(tmp_path: Path) ->
 # ("What differs from the papers: ..." lists conditions, not a verdict)
 _VERDICT = (r"(agree\w*|(?<!what )differ\w*|confirm\w*|contradict\w*|inconclusive"
             r"|expect\w*|theirs)")
-_PAPER = r"(paper\w*|theirs|they|Shi|Wang|Malik|Fourie|Pani|Rajbhandari|Vogels)"
+_PAPER = r"(paper\w*|theirs|they|Shi|Wang|Malik|Fourie|Pani|Rajbhandari|Vogels|Jiang|Zhao)"
 PAPER_VERDICT = re.compile(rf"\b{_PAPER}\b[^.]*\b{_VERDICT}|\b{_VERDICT}[^.]*\b{_PAPER}\b",
                            re.I)
 # the functions through which a chapter may state a claim's verdict: the engine's own rows

@@ -63,7 +63,8 @@ def test_claims_csv_has_intervals_and_no_verdict_outruns_them(ci_run) -> None:
             "margin_low", "margin_high", "runs", "method", "testbed", "verdict", "reason"}
     assert need <= set(claims.columns)
     assert set(claims["paper"]) == {"Shi 2019", "Fourie 2019", "Malik 2018", "Pani",
-                                    "Wang (NCHC)", "Rajbhandari 2020", "Vogels 2019"}
+                                    "Wang (NCHC)", "Rajbhandari 2020", "Vogels 2019",
+                                    "Jiang 2020", "Zhao 2023"}
     decided = claims[claims["verdict"].isin(["agrees", "differs"])]
     assert (decided["runs"] >= 5).all()
     lo, hi = decided["ci_low"], decided["ci_high"]

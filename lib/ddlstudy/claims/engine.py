@@ -40,7 +40,7 @@ from ddlstudy.claims.registry import all_claims
 # so a claim registered later is judged too.
 CLAIMS: list[Claim] = all_claims()
 PAPERS = ["Shi 2019", "Fourie 2019", "Malik 2018", "Pani", "Wang (NCHC)", "Rajbhandari 2020",
-          "Vogels 2019"]
+          "Vogels 2019", "Jiang 2020", "Zhao 2023"]
 COLUMNS = ["paper", "claim_id", "claim", "quote", "location", "conditions", "quantity", "value",
            "ci_low", "ci_high", "no_effect", "margin_low", "margin_high", "runs", "method",
            "testbed", "source", "verdict", "reason", "chapter", "column", "ratio_what",

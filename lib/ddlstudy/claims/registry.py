@@ -15,7 +15,7 @@ from ddlstudy.registry import Registry
 
 PAPER_FILES = ("ddlstudy.claims.shi2019", "ddlstudy.claims.fourie2019",
                "ddlstudy.claims.malik2018", "ddlstudy.claims.pani", "ddlstudy.claims.wang_nchc",
-               "ddlstudy.claims.beyond")
+               "ddlstudy.claims.beyond", "ddlstudy.claims.jiang2020", "ddlstudy.claims.zhao2023")
 CLAIMS: Registry[Claim] = Registry("claim", plugins=PAPER_FILES)
 _ORIGIN: dict[str, str] = {}  # claim id -> the module that registered it
 
