@@ -100,3 +100,62 @@ def test_fixed_delay_slows_sync_strategies_not_async_ps(delayed: pd.DataFrame) -
 def test_tidy_table_has_one_row_per_run(delayed: pd.DataFrame, tmp_path: Path) -> None:
     assert list(delayed.columns) == stragglers.TABLE_COLUMNS
     assert len(delayed) == 6 and set(delayed["arm"]) == {"ps_sync", "ps_async", "ring"}
+
+
+def _curve(accs: list[float], step_s: float = 1.0) -> pd.DataFrame:
+    return pd.DataFrame({"epoch": [i + 1.0 for i in range(len(accs))],
+                         "step": [10 * (i + 1) for i in range(len(accs))],
+                         "test_accuracy": accs,
+                         "wall_s": [step_s * 10 * (i + 1) for i in range(len(accs))]})
+
+
+def test_first_reaching_times_the_first_crossing_and_says_never() -> None:
+    assert stragglers.first_reaching(_curve([0.5, 0.91, 0.89, 0.95]), 0.9) == (20.0, 2.0, 20.0)
+    assert stragglers.first_reaching(_curve([0.5, 0.8]), 0.9) == (math.inf,) * 3
+    t, e, s = stragglers.first_reaching(pd.DataFrame(columns=["test_accuracy"]), 0.9)
+    assert math.isnan(t) and math.isnan(e) and math.isnan(s)
+
+
+def _tta_rows(times: dict[tuple[str, bool], list[float]]) -> pd.DataFrame:
+    rows = []
+    for (arm, slow), ts in times.items():
+        rows += [{"arm": arm, "strategy": arm, "workers": 3, "straggler_rank": 1 if slow else None,
+                  "delay_s": 0.02 if slow else 0.0, "factor": 1.0, "seed": s, "target": 0.95,
+                  "time_to_target_s": t, "error": ""} for s, t in enumerate(ts)]
+    return pd.DataFrame(rows)
+
+
+def test_tta_ratios_pair_by_seed_and_count_runs_that_never_reached() -> None:
+    df = _tta_rows({("ps_sync", False): [1.0, 1.1, 0.9, 1.0, 1.2],
+                    ("ps_sync", True): [3.0, 3.3, 2.7, 3.0, 3.6],
+                    ("ps_async", False): [0.5, 0.5, 0.5, 0.5, 0.5],
+                    ("ps_async", True): [1.0, 1.0, math.inf, 1.0, 1.0]})
+    r = stragglers.tta_ratios(df).set_index(["arm", "versus"])
+    assert list(r.reset_index().columns) == stragglers.TTA_RATIO_COLUMNS
+    assert r.loc[("ps_sync", "no straggler"), "ratio"] == pytest.approx(3.0)
+    assert r.loc[("ps_sync", "no straggler"), "runs"] == 5
+    assert r.loc[("ps_async", "no straggler"), "ratio"] == pytest.approx(2.0)
+    assert r.loc[("ps_async", "no straggler"), "not_reached"] == 1
+    assert r.loc[("ps_async", "no straggler"), "runs"] == 4
+    # with the straggler, async against the first arm (ps_sync), seed by seed
+    assert r.loc[("ps_async", "ps_sync"), "ratio"] == pytest.approx(1.0 / 3.15, rel=0.05)
+    lines = stragglers.tta_sentences(df, r.reset_index())
+    assert "ps_async with the straggler: test accuracy 0.95 reached in 4 of 5 runs" in lines[-4]
+    assert any("1 run(s) left out, target not reached" in x for x in lines)
+
+
+def test_real_tta_runs_time_the_first_crossing(cluster: Cluster, tmp_path: Path) -> None:
+    """mlp on digits at 2 workers, 2 epochs: ps_sync without and with worker 1 waiting 50 ms
+    before each step. The synchronous run with the straggler cannot reach any accuracy sooner
+    than its steps x the wait (a floor load cannot lower); the target 1.0 is never reached."""
+    base = TrainConfig(model="mlp", dataset="digits", batch_size=32, epochs=2, warmup_steps=0,
+                       lr=0.5, model_kwargs={"activation": "relu"}).validate()
+    cells = stragglers.cells(base, ["ps_sync"], [2], [1.0], rank=1, delay_s=0.05)
+    df = stragglers.run_tta(cluster, cells, [0], tmp_path, target=0.5)
+    assert list(df.columns) == stragglers.TTA_COLUMNS and (df["error"] == "").all()
+    assert (df["epochs"] == 2.0).all() and (df["final_accuracy"] > 0.5).all()
+    slow = df[df["straggler_rank"].notna()].iloc[0]
+    assert math.isfinite(slow["time_to_target_s"]) and slow["steps_to_target"] >= 1
+    assert slow["time_to_target_s"] >= 0.05 * slow["steps_to_target"]
+    never = stragglers.run_tta(cluster, cells[:1], [0], tmp_path / "never", target=1.0)
+    assert never["time_to_target_s"].iloc[0] == math.inf

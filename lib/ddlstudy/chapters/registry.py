@@ -183,7 +183,8 @@ for _c in [
                     "bytes_ratio": ("strategy", "bytes_ratio", "runs"),
                     "stragglers": ("arm", "factor", "repeat", "images_per_sec_sustained"),
                     "straggler_slowdown": ("arm", "factor", "ratio")},
-            optional_tables={"accuracy": (), "accuracy_cost": ()},  # not when no strategies
+            optional_tables={"accuracy": (), "accuracy_cost": (),  # not when no strategies
+                             "straggler_tta": (), "straggler_tta_ratio": ()},
             summary="ddlstudy.chapters.ch11_beyond:summary", quick=True, kind="emulated",
             headlines=(("Bytes per step per rank and images/sec relative to the ring",
                         ("beyond.png",)),)),

@@ -739,8 +739,24 @@ class BeyondParams(_Section):
                                        "accuracy_epochs: a first part of one shuffled epoch")
     accuracy_lr: float = Field(0.5, gt=0, le=100)
     accuracy_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+    # time to accuracy with one straggler: real training on a real data set, local engines,
+    # evaluated after every epoch; the target is fixed here, before the runs
+    tta_arms: list[str] = Field(default_factory=lambda: ["ps_sync", "ps_async", "ring"],
+                                description="arms of ddlstudy.experiments.stragglers.ARMS "
+                                "without a gpus_per_node > 1 (local engines); [] skips")
+    tta_model: ModelName = "mlp"
+    tta_dataset: RealDataset = "digits"
+    tta_workers: int = Field(3, ge=2, le=64)
+    tta_batch_size: int = Field(16, ge=1, le=1 << 16)
+    tta_epochs: int = Field(12, ge=1, le=1000)
+    tta_lr: float = Field(0.1, gt=0, le=100)
+    tta_delay_s: float = Field(0.02, gt=0, le=60, description="worker straggler_rank's fixed "
+                               "wait before each of its steps")
+    tta_target: float = Field(0.95, gt=0, le=1, description="test accuracy whose first "
+                              "crossing is timed; fixed before the runs")
+    tta_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
 
-    @field_validator("accuracy_seeds")
+    @field_validator("accuracy_seeds", "tta_seeds")
     @classmethod
     def _seeds(cls, v: list[int]) -> list[int]:
         return _check_seeds(v)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ddlstudy.analysis import stats
@@ -204,4 +205,132 @@ def sentences(slow: pd.DataFrame) -> list[str]:
               " (no interval)")
         lines.append(f"{r.arm} at {r.workers} workers, one worker slowed {what.strip()}: "
                      f"{r.ratio:.2f}{ci} of its rate without the straggler ({r.runs} runs).")
+    return lines
+
+
+# ----------------------------------------------------------------------------- time to accuracy
+# Throughput alone hides what async PS trades: its fast workers do not wait, but the straggler's
+# gradients arrive stale. Time to a test accuracy fixed before the runs counts both. The runs
+# train for real on a real data set (local engines, evaluation after every epoch), once per seed;
+# `time_to_target_s` is the cumulative timed wall time (evaluation excluded) at the first
+# evaluation at or above the target, inf when no evaluation reaches it.
+TTA_COLUMNS = ["arm", "strategy", "workers", "straggler_rank", "delay_s", "factor", "seed",
+               "target", "time_to_target_s", "epochs_to_target", "steps_to_target",
+               "final_accuracy", "best_accuracy", "wall_s", "epochs", "error"]
+TTA_RATIO_COLUMNS = ["arm", "versus", "workers", "delay_s", "factor", "ratio", "ci_low",
+                     "ci_high", "runs", "not_reached", "quantity"]
+
+
+def first_reaching(curve: pd.DataFrame, target: float) -> tuple[float, float, float]:
+    """(wall_s, epoch, step) of the first evaluation of `curve` (dynamics.epoch_curve's columns)
+    with test_accuracy >= target; all inf when none reaches it; all nan for an empty curve."""
+    if curve.empty:
+        return math.nan, math.nan, math.nan
+    hit = curve[curve["test_accuracy"] >= target]
+    if hit.empty:
+        return math.inf, math.inf, math.inf
+    first = hit.sort_values("step").iloc[0]
+    return float(first["wall_s"]), float(first["epoch"]), float(first["step"])
+
+
+def tta_row(arm: Arm, config: TrainConfig, folder: Path, target: float,
+            error: str = "") -> dict[str, Any]:
+    """One run's time-to-accuracy row from its folder (summary/steps/chunks/eval tables)."""
+    from ddlstudy.experiments import dynamics
+
+    curve = dynamics.epoch_curve(dynamics.read_run(folder)) if not error else pd.DataFrame()
+    t, ep, step = first_reaching(curve, target) if not error else (math.nan,) * 3
+    slowed = config.straggler_rank is not None
+    return {"arm": arm.name, "strategy": config.strategy, "workers": config.workers,
+            "straggler_rank": config.straggler_rank,
+            "delay_s": config.straggler_delay_s if slowed else 0.0,
+            "factor": config.straggler_factor if slowed else 1.0, "seed": config.seed,
+            "target": target, "time_to_target_s": t, "epochs_to_target": ep,
+            "steps_to_target": step,
+            "final_accuracy": float(curve["test_accuracy"].iloc[-1]) if len(curve) else math.nan,
+            "best_accuracy": float(curve["test_accuracy"].max()) if len(curve) else math.nan,
+            "wall_s": float(curve["wall_s"].iloc[-1]) if len(curve) else math.nan,
+            "epochs": float(curve["epoch"].iloc[-1]) if len(curve) else math.nan,
+            "error": error}
+
+
+def run_tta(cluster: Any, arm_configs: Sequence[tuple[Arm, TrainConfig]], seeds: Sequence[int],
+            out: str | Path, target: float) -> pd.DataFrame:
+    """Every cell once per seed (a folder per seed; cells interleaved within a seed) on one
+    started cluster of local engines; one TTA_COLUMNS row per run."""
+    rows = []
+    for seed in seeds:
+        part = [(a, replace(c, seed=int(seed)).validate()) for a, c in arm_configs]
+        where = Path(out) / f"seed{seed}"
+        runs = run_cells(cluster, part, where, repeats=1)
+        for (arm, config), (_, r) in zip(part, runs.iterrows(), strict=True):
+            err = str(r.get("error", "") or "")
+            err = "" if err == "nan" else err
+            rows.append(tta_row(arm, config, grid.repeat_dir(where, config, 0, 1), target, err))
+    return pd.DataFrame(rows, columns=TTA_COLUMNS)
+
+
+def _paired(a: pd.Series, b: pd.Series) -> tuple[stats.Interval, int, int]:
+    """Ratio a / b paired by index over the runs where both reached the target; also the
+    number of pairs and of pairs where one side never reached it."""
+    common = a.index.intersection(b.index)
+    a, b = a.loc[common], b.loc[common]
+    both = np.isfinite(a) & np.isfinite(b)
+    return stats.ratio_ci(a[both], b[both], paired=True), len(common), int((~both).sum())
+
+
+def tta_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per arm: time to the target with the straggler / without (paired by seed); then, with the
+    straggler, each arm / the first arm (paired by seed). Runs where either side never reached
+    the target are left out of the ratio and counted in `not_reached`."""
+    ok = df[df["error"].fillna("").astype(str) == ""]
+    col = "time_to_target_s"
+    out = []
+    arms = list(dict.fromkeys(ok["arm"]))
+    for (arm, n), part in ok.groupby(["arm", "workers"], sort=False):
+        base = part[part["straggler_rank"].isna()].set_index("seed")[col]
+        for (d, f), cell in part[part["straggler_rank"].notna()].groupby(["delay_s", "factor"]):
+            est, _, miss = _paired(cell.set_index("seed")[col], base)
+            out.append({"arm": arm, "versus": "no straggler", "workers": n, "delay_s": d,
+                        "factor": f, "ratio": est.value, "ci_low": est.low, "ci_high": est.high,
+                        "runs": est.n, "not_reached": miss,
+                        "quantity": "time to the target accuracy with / without the straggler"})
+    slowed = ok[ok["straggler_rank"].notna()]
+    if arms:
+        first = arms[0]
+        for (arm, n, d, f), cell in slowed.groupby(["arm", "workers", "delay_s", "factor"],
+                                                   sort=False):
+            ref = slowed[(slowed["arm"] == first) & (slowed["workers"] == n)
+                         & (slowed["delay_s"] == d) & (slowed["factor"] == f)]
+            if arm == first or ref.empty:
+                continue
+            est, _, miss = _paired(cell.set_index("seed")[col], ref.set_index("seed")[col])
+            out.append({"arm": arm, "versus": first, "workers": n, "delay_s": d, "factor": f,
+                        "ratio": est.value, "ci_low": est.low, "ci_high": est.high,
+                        "runs": est.n, "not_reached": miss,
+                        "quantity": f"time to the target accuracy / {first}'s, both with the "
+                                    "straggler"})
+    return pd.DataFrame(out, columns=TTA_RATIO_COLUMNS)
+
+
+def tta_sentences(runs: pd.DataFrame, ratios: pd.DataFrame) -> list[str]:
+    """One line per arm and straggler setting (median time to target, how many runs reached
+    it) and per ratio, computed from the two tables."""
+    lines = []
+    ok = runs[runs["error"].fillna("").astype(str) == ""] if len(runs) else runs
+    for (arm, slow), part in ok.groupby(["arm", ok["straggler_rank"].notna()], sort=False):
+        t = part["time_to_target_s"]
+        reached = int(np.isfinite(t).sum())
+        target = float(part["target"].iloc[0])
+        med = float(np.median(t[np.isfinite(t)])) if reached else math.nan
+        what = "with the straggler" if slow else "without a straggler"
+        when = f"median {med:.2f} s of timed steps" if reached else "never"
+        lines.append(f"{arm} {what}: test accuracy {target:g} reached in {reached} of "
+                     f"{len(part)} runs ({when}).")
+    for r in ratios.itertuples():
+        ci = (f" [{r.ci_low:.2f}, {r.ci_high:.2f}]" if math.isfinite(r.ci_low)
+              else " (no interval)")
+        miss = f"; {r.not_reached} run(s) left out, target not reached" if r.not_reached else ""
+        lines.append(f"{r.arm} vs {r.versus}: time to the target x{r.ratio:.2f}{ci} "
+                     f"({r.runs} paired runs{miss}).")
     return lines
