@@ -267,3 +267,40 @@ def test_a_chapter_table_names_the_commit_certify_found(tmp_path: Path) -> None:
     pd.DataFrame({"x": [1]}).to_csv(ch / "bracketing.csv", index=False)
     table = reference.load_table("08_convergence", "bracketing", root=tmp_path)
     assert table["ref_git_sha"].tolist() == ["def5678"]
+
+
+def test_add_rows_appends_the_arms_a_table_lacks_stamped(tmp_path: Path, capsys) -> None:
+    """A later sitting measured two more strategies on the same seeds: only their rows join,
+    stamped; the baseline's rows it measured again stay as they were; their run folders are
+    copied; a missing key column is one line and exit 2."""
+    src, dest = tmp_path / "new" / "11_beyond", tmp_path / "ref" / "11_beyond"
+    for d in (src, dest):
+        d.mkdir(parents=True)
+    pd.DataFrame({"strategy": ["ddp", "ddp"], "seed": [0, 1], "acc": [0.9, 0.8]}).to_csv(
+        dest / "accuracy.csv", index=False)
+    pd.DataFrame({"strategy": ["ddp", "ddp_fp16", "ddp", "ddp_fp16"], "seed": [0, 0, 1, 1],
+                  "acc": [0.91, 0.7, 0.81, 0.6]}).to_csv(src / "accuracy.csv", index=False)
+    (src / "meta.json").write_text(json.dumps({"status": "ok", "created": "2026-11-26T12:23",
+                                               "git_sha": "a" * 40, "host": {"hostname": "h"}}))
+    for cell in ("ddp_fp16_x2", "ddp_x2"):
+        run = src / "accuracy_runs" / "seed0" / cell
+        run.mkdir(parents=True)
+        (run / "summary.csv").write_text("x\n1\n")
+        (run / "steps.csv").write_text("x\n1\n")
+        (run / "model.pt").write_text("not copied")
+    kept = dest / "accuracy_runs" / "seed0" / "ddp_x2"
+    kept.mkdir(parents=True)
+    (kept / "summary.csv").write_text("x\n0\n")
+    assert reference.add_rows(src, dest, "accuracy", ["strategy", "seed"], "accuracy_runs") == 2
+    out = pd.read_csv(dest / "accuracy.csv")
+    assert list(out["acc"]) == [0.9, 0.8, 0.7, 0.6]  # the reference's ddp rows unchanged
+    assert list(out["run_host"].fillna("")) == ["", "", "h", "h"]
+    assert out["run_git_sha"].iloc[-1] == "a" * 40
+    copied = dest / "accuracy_runs" / "seed0" / "ddp_fp16_x2"
+    assert (copied / "steps.csv").exists() and not (copied / "model.pt").exists()
+    # the reference's own run of the baseline gets nothing from the other sitting
+    assert [f.name for f in kept.iterdir()] == ["summary.csv"]
+    assert reference.add_rows(src, dest, "accuracy", ["strategy", "seed"]) == 0  # idempotent
+    assert reference.main(["add-rows", str(src), str(dest), "--table", "accuracy",
+                           "--keys", "strategy,nope"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

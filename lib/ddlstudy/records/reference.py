@@ -271,6 +271,48 @@ def add_runs(src: Path, dest: Path, tables: bool = False) -> dict[str, int]:
     return added
 
 
+def add_rows(src: Path, dest: Path, table: str, keys: list[str],
+             runs: str | None = None) -> int:
+    """Append to `dest`/<table>.csv the rows of `src`/<table>.csv whose `keys` values `dest`
+    lacks (another sitting measured more arms of the same table: chapter 11's accuracy runs
+    for more strategies on the same seeds), each stamped with `src`'s host, date and code
+    (run_host, run_created, run_git_sha); `dest`'s own rows are kept as they are. With `runs`
+    (a folder of per-run folders inside both chapters, e.g. accuracy_runs), the run folders
+    `dest` lacks are copied too, whole (CSV and JSON files only); nothing is added to a run
+    folder `dest` has. Returns the rows added; ValueError
+    when a table or a key column is missing."""
+    import shutil
+
+    a, b = src / f"{table}.csv", dest / f"{table}.csv"
+    for f in (a, b):
+        if not f.is_file():
+            raise ValueError(f"{f} does not exist: both chapters must hold {table}.csv")
+    new, old = pd.read_csv(a), pd.read_csv(b)
+    missing = [k for k in keys if k not in new or k not in old]
+    if missing:
+        raise ValueError(f"key column(s) {', '.join(missing)} not in both {table}.csv")
+    have = set(old[keys].astype(str).itertuples(index=False, name=None))
+    fresh = new[[t not in have for t in new[keys].astype(str).itertuples(index=False,
+                                                                          name=None)]]
+    if fresh.empty:
+        return 0
+    meta = records.read_meta(src)
+    stamp = {"run_host": (meta.get("host") or {}).get("hostname", "?"),
+             "run_created": str(meta.get("created", "?")), "run_git_sha": code_version(meta)[0]}
+    fresh = fresh.assign(**{k: v for k, v in stamp.items() if k not in fresh})
+    pd.concat([old, fresh], ignore_index=True).to_csv(b, index=False)
+    if runs:  # a run folder (one holding summary.csv) dest lacks, whole; never into dest's
+        for run in sorted(p.parent for p in (src / runs).rglob("summary.csv")):
+            to = dest / runs / run.relative_to(src / runs)
+            if to.exists():
+                continue
+            to.mkdir(parents=True)
+            for f in run.iterdir():
+                if f.is_file() and f.suffix in (".csv", ".json"):
+                    shutil.copy2(f, to / f.name)
+    return len(fresh)
+
+
 def append_summary(chapter: Path, new_runs: list[tuple[Path, int]]) -> pd.DataFrame:
     """Append one row per new run (cell folder, repeat) to `chapter`/summary.csv, for chapters
     whose summary carries columns their cells do not (chapter 07: `profile` from the folder it
@@ -382,7 +424,8 @@ def certify(root: Path, repo: Path | None = None, window: int = 120) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ddlstudy.records.reference add-runs SRC DEST` | `certify [DIR]`."""
+    """`python -m ddlstudy.records.reference add-runs SRC DEST` | `add-rows SRC DEST --table T
+    --keys K` | `certify [DIR]`."""
     import argparse
     import sys
 
@@ -396,9 +439,26 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--tables", action="store_true",
                    help="also copy SRC's chapter tables DEST lacks (rows stamped with SRC's "
                    "host, date, code): a part of the chapter measured in another sitting")
+    r = sub.add_parser("add-rows", help="append SRC's rows of one table DEST lacks (by key)")
+    r.add_argument("src")
+    r.add_argument("dest")
+    r.add_argument("--table", required=True, help="the table's name, e.g. accuracy")
+    r.add_argument("--keys", required=True, help="comma-separated key columns, e.g. "
+                   "strategy,seed")
+    r.add_argument("--runs", default=None, help="a run-folder tree to copy too, e.g. "
+                   "accuracy_runs")
     c = sub.add_parser("certify", help="name the commit whose package code a +dirty run ran")
     c.add_argument("dir", nargs="?", default=None, help="default: results/reference")
     args = parser.parse_args(argv)
+    if args.cmd == "add-rows":
+        try:
+            n = add_rows(Path(args.src), Path(args.dest), args.table,
+                         [k for k in args.keys.split(",") if k], args.runs)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"{args.table}.csv: +{n} rows")
+        return 0
     if args.cmd == "certify":
         root = Path(args.dir) if args.dir else reference_dir()
         if not root.is_dir():
