@@ -62,18 +62,9 @@ def setup(P: Any, run_dir: str | Path | None, **overrides: Any) -> Beyond:
     configs = grid.training_grid(base, [B.model], B.strategies, [B.workers])
     configs = [replace(c, compute="real").validate()
                if c.compute == "replay" and c.strategy in B.real_compute else c for c in configs]
-    return Beyond(P, B, out, [_plain_steps_untimed(c) for c in configs])
-
-
-def _plain_steps_untimed(config: Any) -> Any:
-    """PowerSGD all-reduces plain gradients for its first steps: those stay in the warm-up, or
-    its bytes per step would be the uncompressed ones (2026-11-26's reference sitting with one
-    warm-up step counted 1.06x the ring's for ddp_powersgd1)."""
-    if not config.strategy.startswith("ddp_powersgd"):
-        return config
-    from ddlstudy.strategies.compression import POWERSGD_PLAIN_STEPS
-
-    return replace(config, warmup_steps=max(config.warmup_steps, POWERSGD_PLAIN_STEPS)).validate()
+    # PowerSGD's plain all-reduce steps stay untimed without the chapter's help: its registry
+    # entry declares them (warmup_min_steps) and TrainConfig raises its cells' warm-up to them
+    return Beyond(P, B, out, configs)
 
 
 def base_config(P: Any, B: Any) -> Any:

@@ -10,7 +10,8 @@ Bytes are what the hooks hand to all-reduce, counted by a stand-in for the hooks
 tensors it leaves uncompressed (1-D ones, and those the rank would not shrink by 2x).
 PowerSGD all-reduces plain gradients for its first `start_powerSGD_iter` = 2 steps (torch's
 minimum with error feedback, `POWERSGD_PLAIN_STEPS`): a measurement of its bytes needs at least
-that many warm-up steps (chapter 11 raises its cells' warm-up to it).
+that many warm-up steps, so its registry entry declares them (`warmup_min_steps`) and every
+`TrainConfig` of it raises `warmup_steps` to at least that, whoever builds it.
 
 `ddp_topk1`: top-k sparsification with error feedback (Stich et al. 2018, Lin et al. 2018's
 deep gradient compression without its momentum correction) as a custom comm hook, `_topk_hook`:
@@ -36,7 +37,9 @@ from torch import nn
 
 from ddlstudy.strategies.base import StepStats, Strategy
 
-POWERSGD_PLAIN_STEPS = 2  # torch's start_powerSGD_iter minimum with error feedback
+# torch's start_powerSGD_iter minimum with error feedback, defined beside the registry entries
+# that declare it as their warm-up (`warmup_min_steps`): the hook and the warm-up cannot drift
+from ddlstudy.strategies.registry import POWERSGD_PLAIN_STEPS
 
 
 class _CountingDist:

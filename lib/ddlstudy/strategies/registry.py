@@ -45,7 +45,10 @@ class StrategySpec:
     ("allreduce_step", "ps_step", "ps_overlap_step", "ps_colocated_step", "sharded_step"),
     None if the cost model cannot model it. extra_engines:
     engines beyond workers + servers (a TF chief). missing: "" when its requirements are
-    installed, else one line naming the fix.
+    installed, else one line naming the fix. warmup_min_steps: how many of its first steps are
+    not representative of its steady state (PowerSGD all-reduces plain gradients before it
+    compresses): every run of it keeps at least that many steps in the untimed warm-up
+    (`TrainConfig` raises `warmup_steps` to it, whoever builds the config).
     """
 
     name: str
@@ -63,6 +66,7 @@ class StrategySpec:
     driver: str | None = None
     extra_engines: int = 0
     missing: Callable[[], str | None] | None = None
+    warmup_min_steps: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -80,6 +84,10 @@ class StrategySpec:
             problems.append("servers_configurable needs default_servers >= 1")
         if self.family != "ps" and self.default_servers:
             problems.append("only ps strategies have servers")
+        if (isinstance(self.warmup_min_steps, bool) or not isinstance(self.warmup_min_steps, int)
+                or self.warmup_min_steps < 0):
+            problems.append(f"warmup_min_steps must be an integer >= 0, got "
+                            f"{self.warmup_min_steps!r}")
         if problems:
             raise ValueError(f"strategy {self.name!r}: " + "; ".join(problems))
 
@@ -127,6 +135,13 @@ def strategy_names(**props: Any) -> list[str]:
             if all(getattr(s, k) == v for k, v in props.items())]
 
 
+def warmup_min_steps(strategy: str) -> int:
+    """The untimed warm-up steps every run of `strategy` needs at least (its spec's
+    `warmup_min_steps`); 0 for a name the registry does not know (validate refuses it)."""
+    spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
+    return spec.warmup_min_steps if spec is not None else 0
+
+
 def servers_for(strategy: str, servers: int | None) -> int:
     """Server processes a strategy runs with: 0 unless it has servers; else its default."""
     spec = get_strategy(strategy)
@@ -164,7 +179,8 @@ def spec_table() -> list[dict[str, Any]]:
     return [{"strategy": s.name, "kind": s.kind, "sync": "yes" if s.sync else "no",
              "servers": s.default_servers or "-", "options": ", ".join(s.options) or "-",
              "bytes": s.bytes_source, "staleness": "yes" if s.records_staleness else "-",
-             "step model": s.step_model or "-", "summary": s.summary}
+             "step model": s.step_model or "-", "min warm-up": s.warmup_min_steps or "-",
+             "summary": s.summary}
             for s in STRATEGIES.values()]
 
 
@@ -234,17 +250,22 @@ register_strategy(StrategySpec(
     options=("bucket_mb",), bytes_source="analytic",
     missing=partial(_lazy_missing, "ddlstudy.strategies.compression:bf16_missing"),
     summary="DDP, buckets all-reduced in bfloat16 (torch's bf16_compress_hook)"))
+# torch's powerSGD_hook all-reduces plain gradients for its first start_powerSGD_iter steps (2:
+# its minimum with error feedback; compression.py hands it this): they are warm-up, or a run's
+# bytes per step would count uncompressed all-reduces (2026-11-26's reference sitting, one
+# warm-up step: ddp_powersgd1 at 1.06x the ring's bytes)
+POWERSGD_PLAIN_STEPS = 2
 register_strategy(StrategySpec(
     "ddp_powersgd1", "ddlstudy.strategies.compression:DDPPowerSGD1", family="allreduce",
-    options=("bucket_mb",), bytes_source="analytic",
+    options=("bucket_mb",), bytes_source="analytic", warmup_min_steps=POWERSGD_PLAIN_STEPS,
     summary="DDP + PowerSGD rank 1 with error feedback (torch's powerSGD_hook)"))
 register_strategy(StrategySpec(
     "ddp_powersgd2", "ddlstudy.strategies.compression:DDPPowerSGD2", family="allreduce",
-    options=("bucket_mb",), bytes_source="analytic",
+    options=("bucket_mb",), bytes_source="analytic", warmup_min_steps=POWERSGD_PLAIN_STEPS,
     summary="DDP + PowerSGD rank 2 with error feedback (torch's powerSGD_hook)"))
 register_strategy(StrategySpec(
     "ddp_powersgd4", "ddlstudy.strategies.compression:DDPPowerSGD4", family="allreduce",
-    options=("bucket_mb",), bytes_source="analytic",
+    options=("bucket_mb",), bytes_source="analytic", warmup_min_steps=POWERSGD_PLAIN_STEPS,
     summary="DDP + PowerSGD rank 4 with error feedback (torch's powerSGD_hook)"))
 register_strategy(StrategySpec(
     "ddp_topk1", "ddlstudy.strategies.compression:DDPTopK1", family="allreduce",

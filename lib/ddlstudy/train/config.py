@@ -19,6 +19,7 @@ from ddlstudy.strategies import (
     servers_for,
     strategy_names,
 )
+from ddlstudy.strategies.registry import warmup_min_steps
 from ddlstudy.workload.catalog import DATASETS as DATASET_SPECS
 from ddlstudy.workload.catalog import MODELS as MODEL_SPECS
 from ddlstudy.workload.catalog import SHAPES
@@ -49,6 +50,9 @@ class TrainConfig:
     timeout_s: bound on any one communication wait (None: the cluster's collective timeout).
     compute: "real" or "replay" (wait the reference time of `replay_source` instead of
     computing); time_dilation: factor on the replayed wait (1/scale under scaled links).
+    warmup_steps is at least the strategy's `warmup_min_steps` (its registry entry: PowerSGD's
+    first 2 steps all-reduce plain gradients): a config asking fewer is raised to it when
+    built (and by `validate`), so `warmup_steps` is always what runs, and the records say so.
     """
 
     model: str = "mlp"
@@ -93,6 +97,18 @@ class TrainConfig:
     straggler_rank: int | None = None
     straggler_factor: float = 1.0
     straggler_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._untimed_strategy_warmup()
+
+    def _untimed_strategy_warmup(self) -> None:
+        """Raise warmup_steps to the strategy's `warmup_min_steps`, so that the steps it
+        declares unrepresentative are never timed, whichever caller built the config (a bad
+        warmup_steps or strategy is left for `validate` to name)."""
+        need = warmup_min_steps(self.strategy)
+        w = self.warmup_steps
+        if need and isinstance(w, int) and not isinstance(w, bool) and 0 <= w < need:
+            self.warmup_steps = need
 
     @property
     def n_servers(self) -> int:
@@ -156,6 +172,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        self._untimed_strategy_warmup()  # a field set after construction
         if spec.family == "single" and self.workers != 1:
             raise ValueError(f"strategy {self.strategy} runs on 1 worker, "
                              f"got workers={self.workers}: "

@@ -127,6 +127,8 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         "servers": config.n_servers,
         "batch_size": config.batch_size,
         "params": n_params,
+        # the untimed steps run first (at least the strategy's warmup_min_steps), then the timed
+        "warmup_steps": config.warmup_steps,
         "steps": timed_steps,
         "wall_s": wall,
         "images": images,

@@ -49,6 +49,7 @@ from ddlstudy.network.emulated.wire import WireBytes
 from ddlstudy.strategies import (
     driver_for,
 )
+from ddlstudy.strategies.registry import warmup_min_steps
 from ddlstudy.train.config import (  # noqa: F401 - ddlstudy.train.trainer.X keeps working
     _MEASURED,
     CHUNK_TARGET_S,
@@ -260,6 +261,16 @@ def _stalled_s(results: list[dict[str, Any] | None]) -> float:
     return max(0.0, max(r["wall_s"] for r in live) - busy)
 
 
+def _warmup_floor(config: TrainConfig) -> str:
+    """' (<strategy>'s minimum: ...)' when the strategy's registry entry sets the warm-up's
+    floor (`warmup_min_steps`, which TrainConfig raised warmup_steps to), else ''."""
+    need = warmup_min_steps(config.strategy)
+    if not need or config.warmup_steps != need:
+        return ""
+    return (f" ({config.strategy}'s minimum: its first {need} steps are not representative, "
+            "so they are never timed)")
+
+
 def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
           progress: bool = True, *, return_weights: bool = False,
           announce: Callable[[str], None] | None = None,
@@ -335,8 +346,8 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
             again = (f"; resuming from the checkpoint at step {prog.done}"
                      f"{owner_line(ckpt.get('run') if ckpt is not None else None)}"
                      if prog.resumed_from is not None else "")
-            announce(f"Running {config.warmup_steps} warm-up + {steps} timed steps{epochs}"
-                     f"{again}...")
+            announce(f"Running {config.warmup_steps} warm-up{_warmup_floor(config)} + {steps} "
+                     f"timed steps{epochs}{again}...")
         evaluate = config.eval and config.real_data
         bar = tqdm(total=config.warmup_steps + steps, initial=prog.done, desc=config.label,
                    unit="step", disable=not progress, dynamic_ncols=True)
