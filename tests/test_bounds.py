@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_refusal import assert_refused, exit_code
 from ddlstudy.config.params import ParamsError, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,24 +143,20 @@ def test_bad_train_flags_exit_2_in_one_line_before_a_cluster(
     from ddlstudy.cli.train import main
 
     t0 = time.monotonic()
-    try:
-        code = main(["--model", "mlp", "--dataset", "synthetic", *flags])
-    except SystemExit as exit_:
-        code = exit_.code
+    code = exit_code(main, ["--model", "mlp", "--dataset", "synthetic", *flags])
     took = time.monotonic() - t0
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and words in err, err
-    assert "Traceback" not in err and took < 10
+    assert_refused(code, capsys.readouterr().err, words)
+    assert took < 10, f"{took:.1f} s to refuse {flags}"
 
 
-def test_a_refused_flag_leaves_no_empty_out_folder(tmp_path: Path) -> None:
+def test_a_refused_flag_leaves_no_empty_out_folder(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from ddlstudy.cli.train import main
 
     out = tmp_path / "new"
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         main(["--model", "mlp", "--seed", "-1", "--out", str(out)])
-    assert not out.exists()
+    assert_refused(exit_.value.code, capsys.readouterr().err, "seed", out)
 
 
 def test_a_bad_label_in_a_data_file_is_one_line_before_a_cluster(
@@ -180,9 +177,7 @@ def test_a_bad_label_in_a_data_file_is_one_line_before_a_cluster(
     with pytest.raises(SystemExit) as exit_:
         main(["--model", "mlp", "--dataset", "mnist", "--data-root", str(tmp_path / "data"),
               "--no-verify-data"])
-    err = capsys.readouterr().err.strip()
-    assert exit_.value.code == 2 and len(err.splitlines()) == 1, err
-    assert "label 250 at index 7" in err
+    assert_refused(exit_.value.code, capsys.readouterr().err, "label 250 at index 7")
 
 
 # ----------------------------------------------------------------------------- bench flags
@@ -207,6 +202,4 @@ def test_bad_bench_flags_exit_2_in_one_line(flags: list[str], words: str, tmp_pa
     collectives.add_arguments(parser)
     out = tmp_path / "bench"
     code = collectives.main(parser.parse_args([*flags, "--out", str(out)]))
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and words in err, err
-    assert not out.exists()  # refused before anything was written
+    assert_refused(code, capsys.readouterr().err, words, out)  # refused before writing
