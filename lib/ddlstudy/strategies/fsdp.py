@@ -4,18 +4,52 @@ engines' process group: the library's ZeRO-3, beside the study's own `zero3`.
 Every module with parameters of its own is one FSDP unit (`fully_shard` on it), and the root is
 one too (its leftovers, and it drives the reshard after backward). FSDP all-gathers a unit's
 parameters before its forward, frees them after (reshard_after_forward=True), all-gathers them
-again for its backward and reduce-scatters (mean) its gradients: 3 (p-1)/p Psi per step and rank
-on a ring, like ZeRO-3.
+again for its backward and reduce-scatters its gradients. resnet18 (41 units; the root owns no
+parameter) measured per step: 82 all-gathers whose outputs total 2.000 Psi and 41
+reduce-scatters whose inputs total 1.000 Psi (float32, buffers not included; dim 0 of each
+parameter padded to a multiple of p: 4,104 B at p = 4), the same in every step.
 
 Bytes are analytic (`bytes_source: analytic`, as `ddp`): FSDP's collectives go through the
-backend (gloo here), so the strategy counts the bytes FSDP hands to each all-gather
-(its output) and reduce-scatter (its input) through FSDP's custom-collective hooks and applies
-the ring factor (p-1)/p; padding to a multiple of p is included (it is on the wire).
+backend, so the strategy counts the buffers FSDP hands to each all-gather (its output) and
+reduce-scatter (its input) through FSDP's custom-collective hooks, padding included (it is on the
+wire), times what the backend sends per byte of that buffer:
+
+- all-gather: (p-1)/p (a ring, gloo's and NCCL's);
+- reduce-scatter: (p-1)/p on NCCL, but 2 (p-1)/p on gloo. `ProcessGroupGloo` has no
+  reduce-scatter algorithm: `reduce_scatter_tensor_coalesced`, which `reduce_scatter_single` /
+  `reduce_scatter_tensor` reach, clones the input, all-reduces it whole and keeps its chunk
+  (PyTorch #118911). Measured with torch 2.13 (bytes each rank's process wrote to its sockets,
+  /proc/self/io wchar, for one collective over a buffer of B bytes): all_gather_single 0.500 /
+  0.667 / 0.750 B at p = 2 / 3 / 4, reduce_scatter_single 1.000 / 1.334 / 1.500 B, the same as
+  all_reduce.
+
+So on gloo FSDP2 moves 2 (p-1)/p Psi of all-gather + 2 (p-1)/p Psi of "reduce-scatter" =
+4 (p-1)/p Psi per step and rank, 2.0x a ring all-reduce's 2 (p-1)/p Psi; ZeRO-3's 3 (p-1)/p
+(1.5x) needs a ring reduce-scatter, which the study's `zero3` has and gloo lacks. Until
+2026-11-26 the strategy applied (p-1)/p to the reduce-scatter too and reported 1.5x: resnet18 at
+4 workers 100,574,892 B a step, while each rank's process wrote 134,244,152 B to its sockets in
+that step; it now reports 134,099,856 B (3.000 Psi; Psi = 44,695,848 B), 0.11 % under the
+writes (gloo's per-message headers).
+
+Emulated runs (netem) replace these bytes with the veth counters (`bytes_source` becomes
+`counted`, as for every analytic strategy; ddlstudy.network.emulated.wire), and those see more
+than the step. The chapter 11 reference's fsdp figure, 178,509,736 B a step = 2.66x the ring
+all-reduce's 67,043,772 B (the study's own count there, not the veth's), is: the step's 134.24 MB
++ `end_chunk`'s `full_tensor` gather, 33.58 MB (0.751 Psi: it runs inside the chunk call whose
+veth deltas are summed, and that run had one timed step per chunk) = 167.82 MB, x 1.064 for
+TCP/IP headers, ACKs and ipyparallel's chunk traffic (the ring all-reduce's own veth count is
+1.061x its count, ddp's 1.062x). The study's `zero3` carries the same end-of-chunk gather on its
+veth (142.8 MB against its 100.6 MB count). Like for like, fsdp / allreduce is 2.0 at any p.
+
+Memory (`mem_*_bytes`, rank 0): this rank's parameter shards, about Psi / p (resnet18 at 4
+workers: 11,174,988 B against Psi / 4 = 11,173,962 B; rank 0 holds the larger chunks of an
+uneven dim 0), gradient shards the same, optimizer state the shards' momentum (0 without).
 
 Runs on CPU / gloo with torch 2.13 (measured; float32 and float64). Limits: no compute replay
 (the gathers live inside forward and backward); between chunks the strategy assembles a plain
-copy of the model with `DTensor.full_tensor` (a collective over the workers, outside every
-step's bytes) so rank 0 can evaluate and report weights alone.
+copy of the model with `DTensor.full_tensor` (an all-gather over the workers, (p-1)/p Psi per
+rank, outside every step's bytes but inside the chunk's wall time and veth count) so rank 0 can
+evaluate and report weights alone.
 """
 
 from __future__ import annotations
@@ -44,21 +78,38 @@ def missing() -> str | None:
     return None
 
 
+# What a backend sends per byte of a reduce-scatter's input, in units of the ring's (p-1)/p:
+# ProcessGroupGloo has no reduce-scatter of its own (reduce_scatter_tensor_coalesced clones
+# the input, all-reduces it whole and keeps its chunk: PyTorch #118911), so 2; NCCL's is a ring.
+REDUCE_SCATTER_RINGS = {"gloo": 2}
+
+
+def reduce_scatter_rings(backend: str, device: str = "cpu") -> int:
+    """Ring factors (p-1)/p one reduce-scatter of a `device` tensor sends per byte of its input
+    on `backend` ("gloo", "nccl", or a per-device "cpu:gloo,cuda:nccl")."""
+    name = str(backend).lower()
+    if ":" in name:
+        name = dict(part.split(":", 1) for part in name.split(",")).get(device, "")
+    return REDUCE_SCATTER_RINGS.get(name, 1)
+
+
 class _Count:
     """Bytes FSDP handed to its collectives this step (thread-safe: hooks may run on FSDP's
-    streams / threads)."""
+    streams / threads): buffer sizes, and the bytes this rank sends for them."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.gathered = 0
-        self.scattered = 0
+        self.gathered = 0  # all-gather outputs (padded)
+        self.scattered = 0  # reduce-scatter inputs (padded)
+        self.sent = 0  # on the wire: gathered (p-1)/p + scattered x rings x (p-1)/p
 
     def reset(self) -> None:
         with self.lock:
-            self.gathered = self.scattered = 0
+            self.gathered = self.scattered = self.sent = 0
 
 
 def _counting_collectives(count: _Count) -> tuple[Any, Any]:
+    import torch.distributed as dist
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
         DefaultAllGather,
         DefaultReduceScatter,
@@ -67,15 +118,22 @@ def _counting_collectives(count: _Count) -> tuple[Any, Any]:
     class CountingAllGather(DefaultAllGather):
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                      group: Any, async_op: bool = False) -> Any:
+            n = output_tensor.numel() * output_tensor.element_size()
+            p = dist.get_world_size(group)
             with count.lock:
-                count.gathered += output_tensor.numel() * output_tensor.element_size()
+                count.gathered += n
+                count.sent += n * (p - 1) // p
             return super().__call__(output_tensor, input_tensor, group, async_op)
 
     class CountingReduceScatter(DefaultReduceScatter):
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                      group: Any, op: Any, async_op: bool = False) -> Any:
+            n = input_tensor.numel() * input_tensor.element_size()
+            p = dist.get_world_size(group)
+            rings = reduce_scatter_rings(dist.get_backend(group), input_tensor.device.type)
             with count.lock:
-                count.scattered += input_tensor.numel() * input_tensor.element_size()
+                count.scattered += n
+                count.sent += rings * n * (p - 1) // p
             return super().__call__(output_tensor, input_tensor, group, op, async_op)
 
     return CountingAllGather(), CountingReduceScatter()
@@ -122,8 +180,7 @@ class FSDP(Strategy):
         self.count.reset()
         loss, compute_s, update_s = self._train_step(self.model, x, y)
         self._stale = True
-        frac = (self.world - 1) / self.world
-        wire = int(frac * (self.count.gathered + self.count.scattered))
+        wire = self.count.sent
         return StepStats(loss=loss, compute_s=compute_s, comm_s=math.nan, comm_wait_s=math.nan,
                          update_s=update_s, step_s=compute_s + update_s, bytes_sent=wire,
                          bytes_recv=wire, images=len(x))
