@@ -3,6 +3,7 @@ run by run, and on real engines ZeRO-1 sends the ring's bytes per step and ZeRO-
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -149,3 +150,22 @@ def test_powersgd_cells_keep_its_plain_all_reduce_steps_in_the_warm_up(tmp_path:
                  warmup_steps=1)
     warm = {c.strategy: c.warmup_steps for c in S.configs}
     assert warm == {"allreduce": 1, "ddp_powersgd1": 2, "ddp_powersgd4": 2}
+
+
+def test_straggler_time_to_accuracy_at_ci_settings(tmp_path: Path) -> None:
+    """CI settings: ps_sync and ps_async, mlp on digits, 3 epochs, seed 0, without and with
+    worker 1 waiting 20 ms a step; tables written, the text says what the runs trained, and a
+    synchronous run with the straggler needs at least its steps x the wait to reach the target."""
+    P = load_params(*FILES)
+    S = ch.setup(P, tmp_path, straggler_arms=[])
+    ratio = ch.straggler_accuracy(S)
+    runs = pd.read_csv(tmp_path / ch.NAME / "straggler_tta.csv")
+    assert len(runs) == 4 and runs["error"].isna().all()
+    assert set(ratio["versus"]) == {"no straggler", "ps_sync"}
+    sync = runs[(runs["arm"] == "ps_sync") & runs["straggler_rank"].notna()].iloc[0]
+    if math.isfinite(sync["time_to_target_s"]):
+        assert sync["time_to_target_s"] >= S.B.tta_delay_s * sync["steps_to_target"]
+    text = ch.text(S)
+    assert "Time-to-accuracy runs: mlp on digits, 3 workers x batch 16, 3 epochs" in text
+    assert "ps_async with the straggler: test accuracy 0.9 reached in" in text
+    assert "took x" in ch.summary(tmp_path / ch.NAME)

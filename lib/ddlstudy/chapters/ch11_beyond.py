@@ -5,7 +5,9 @@ compressed all-reduce (fp16, PowerSGD) beside chapter 03's PS and ring, on the s
 `setup` settles the `beyond` params section with the notebook's overrides, `run` trains the
 comparison grid (every strategy at the same N, interleaved repeats), `ratios` forms bytes per
 step per rank relative to the ring run by run, `stragglers` runs the with / without straggler
-cells (ddlstudy.experiments.stragglers), and `text` / `summary` say what the records show.
+cells (ddlstudy.experiments.stragglers), `straggler_accuracy` times each arm to a test accuracy
+fixed in advance with and without the straggler (real training), and `text` / `summary` say
+what the records show.
 Bytes are those the study's own Comm counted (`bytes_source` counted) or, for torch DDP / FSDP,
 what their buckets imply (`analytic`): a ratio of counted bytes tests the implementation of
 the algorithm, not a network.
@@ -46,6 +48,9 @@ class Beyond:
     slowdown: pd.DataFrame = field(default_factory=pd.DataFrame)
     accuracy_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
     accuracy_skipped: str = ""
+    tta_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    tta_ratio: pd.DataFrame = field(default_factory=pd.DataFrame)
+    tta_skipped: str = ""
     net: dict[str, Any] = field(default_factory=dict)
 
 
@@ -224,6 +229,54 @@ def accuracy(S: Beyond) -> pd.DataFrame:
     return S.accuracy_cost
 
 
+def straggler_accuracy(S: Beyond) -> pd.DataFrame:
+    """Time to `tta_target` test accuracy for each of `tta_arms` at `tta_workers`, without and
+    with worker `straggler_rank` waiting `tta_delay_s` before each step: real training of
+    `tta_model` on `tta_dataset`, evaluated after every epoch, once per seed (local engines).
+    Writes straggler_tta.csv (one row per run) and straggler_tta_ratio.csv."""
+    from ddlstudy.experiments import grid
+    from ddlstudy.experiments import stragglers as st
+    from ddlstudy.experiments.dynamics import missing_dataset
+    from ddlstudy.train.config import TrainConfig
+
+    B = S.B
+    absent = missing_dataset(B.tta_dataset, str(S.P.data.path()), S.P.data.verify)
+    if absent:
+        S.tta_skipped = f"Time-to-accuracy runs skipped: {absent}"
+        print(f"{S.tta_skipped}.")
+    if not B.tta_arms or absent:
+        S.tta_runs = pd.DataFrame(columns=st.TTA_COLUMNS)
+        S.tta_ratio = pd.DataFrame(columns=st.TTA_RATIO_COLUMNS)
+        return S.tta_ratio
+    base = TrainConfig(model=B.tta_model, dataset=B.tta_dataset, workers=B.tta_workers,
+                       batch_size=B.tta_batch_size, epochs=B.tta_epochs, steps=1,
+                       warmup_steps=0, lr=B.tta_lr, seed=B.tta_seeds[0],
+                       model_kwargs=MLP_KW if B.tta_model == "mlp" else {},
+                       data_root=engine_data_root(S.P), verify_data=S.P.data.verify).validate()
+    cells = st.cells(base, B.tta_arms, [B.tta_workers], [1.0], rank=B.straggler_rank,
+                     delay_s=B.tta_delay_s)
+    if any(arm.gpus_per_node > 1 for arm, _ in cells):
+        raise ValueError("tta_arms run on local engines: drop the hierarchical arm")
+    with grid.emulated_cluster("none", grid.engines_needed([c for _, c in cells]),
+                               start_timeout_s=S.P.cluster.start_timeout_s,
+                               collective_timeout_s=B.timeout_s) as cluster:
+        S.tta_runs = st.run_tta(cluster, cells, B.tta_seeds, S.out / "tta_runs", B.tta_target)
+    S.tta_ratio = st.tta_ratios(S.tta_runs)
+    records.write_table(S.tta_runs, S.out, "straggler_tta")
+    records.write_table(S.tta_ratio, S.out, "straggler_tta_ratio")
+    return S.tta_ratio
+
+
+def tta_settings(B: Any) -> str:
+    """What the time-to-accuracy runs trained, from the params."""
+    return (f"{B.tta_model} on {B.tta_dataset}, {B.tta_workers} workers x batch "
+            f"{B.tta_batch_size}, {B.tta_epochs} epochs at lr {B.tta_lr:g} evaluated after each, "
+            f"worker {B.straggler_rank} waiting {B.tta_delay_s * 1e3:g} ms before each step, "
+            f"target {B.tta_target:g} fixed before the runs, local engines, real compute; "
+            "each worker runs its equal share of every epoch, so async PS's fast workers idle "
+            "at an evaluation until the straggler's share is done")
+
+
 # torch's PowerSGD hook all-reduces plain gradients for its first 2 steps (start_powerSGD_iter):
 # as warm-up they stay out of the bytes per step, and every arm takes them alike
 ACCURACY_WARMUP = 2
@@ -303,7 +356,14 @@ def _conditions(S: Beyond) -> str:
 
 def text(S: Beyond) -> str:
     """The chapter's findings, computed from its tables."""
+    from ddlstudy.experiments.stragglers import tta_sentences
+
     text = summary_lines(S.bytes_ratio, S.slowdown, _conditions(S), S.accuracy_cost)
+    tta = tta_sentences(S.tta_runs, S.tta_ratio) if len(S.tta_runs) else []
+    if tta:
+        tta.append(f"Time-to-accuracy runs: {tta_settings(S.B)}.")
+    tta += [S.tta_skipped + "."] if S.tta_skipped else []
+    text += "".join(f"\n\n- {x}" for x in tta)
     return text + (f"\n\n- {S.accuracy_skipped}." if S.accuracy_skipped else "")
 
 
@@ -346,9 +406,7 @@ def summary(folder: Path) -> str:
     accuracy_cost.csv."""
     folder = Path(folder)
     path = folder / "bytes_ratio.csv"
-    if not path.exists():
-        return "`bytes_ratio.csv` was not written."
-    ratio = pd.read_csv(path)
+    ratio = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["strategy"])
     parts = []
     for strategy in ("zero1", "zero3", "ddp_powersgd1"):
         row = ratio[ratio["strategy"] == strategy]
@@ -366,5 +424,12 @@ def summary(folder: Path) -> str:
         parts += [f"{r.strategy}'s final test accuracy was {r.accuracy_diff:+.3f} from "
                   f"{r.baseline}'s at {r.bytes_ratio:.3g}x its bytes per step"
                   for r in acc.itertuples() if r.strategy != r.baseline]
+    tta_path = folder / "straggler_tta_ratio.csv"
+    if tta_path.exists() and len(tta := pd.read_csv(tta_path)):
+        parts += [f"{r.arm} took x{r.ratio:.2f} the time to its target accuracy with the "
+                  "straggler" for r in tta.itertuples()
+                  if r.versus == "no straggler" and math.isfinite(r.ratio)]
+    if not parts and not path.exists():
+        return "`bytes_ratio.csv` was not written."
     return ("; ".join(parts) + ".") if parts else "No strategy was compared with the ring."
 
