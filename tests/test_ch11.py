@@ -77,6 +77,32 @@ def test_bytes_ratios_pair_runs_and_compare_rates_only_in_one_compute_mode(tmp_p
     assert "was not written" in ch.summary(tmp_path / "nothing")
 
 
+def test_veth_counted_bytes_are_divided_by_the_rings_veth_count() -> None:
+    """Under emulation an analytic strategy (ddp, fsdp) carries the veth count, TCP/IP framing
+    included: it is compared with the ring's veth count, never with the ring's own count (the
+    2026-11-26 reference set 1.06x for ddp, which sends what the ring sends)."""
+    rows = []
+    for rep in range(5):
+        rows += [{"strategy": "allreduce", "repeat": rep, "workers": 4, "compute_mode": "replay",
+                  "bytes_sent_per_step": 100.0, "wire_bytes_sent_per_step": 106.0 + rep,
+                  "bytes_source": "counted", "images_per_sec": 20.0,
+                  "images_per_sec_cluster": 20.0, "error": ""},
+                 {"strategy": "ddp", "repeat": rep, "workers": 4, "compute_mode": "replay",
+                  "bytes_sent_per_step": 106.0 + rep, "wire_bytes_sent_per_step": 106.0 + rep,
+                  "bytes_source": "counted", "images_per_sec": 20.0,
+                  "images_per_sec_cluster": 20.0, "error": ""},
+                 {"strategy": "zero3", "repeat": rep, "workers": 4, "compute_mode": "real",
+                  "bytes_sent_per_step": 150.0, "wire_bytes_sent_per_step": 159.0 + rep,
+                  "bytes_source": "counted", "images_per_sec": 10.0,
+                  "images_per_sec_cluster": 10.0, "error": ""}]
+    r = ch.bytes_ratios(pd.DataFrame(rows)).set_index("strategy")
+    assert r.loc["ddp", "bytes_source"] == "wire" and r.loc["ddp", "bytes_ratio"] == 1.0
+    assert r.loc["zero3", "bytes_source"] == "counted" and r.loc["zero3", "bytes_ratio"] == 1.5
+    assert r.loc["zero3", "bytes_ratio_wire"] == pytest.approx(161 / 108)
+    text = ch.summary_lines(r.reset_index(), pd.DataFrame(columns=["arm"]))
+    assert "ddp: 1x the ring's bytes per step per rank (veth counts" in text
+
+
 def test_real_run_zero1_sends_the_rings_bytes_and_zero3_one_and_a_half(tmp_path: Path) -> None:
     """CI settings (mlp, local engines, real compute), one repeat, no straggler cells."""
     P = load_params(*FILES)

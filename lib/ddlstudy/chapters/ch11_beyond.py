@@ -126,17 +126,42 @@ def run(S: Beyond) -> pd.DataFrame:
     return summary[[c for c in COMPARISON_VIEW if c in summary]]
 
 
+WIRE = "wire_bytes_sent_per_step"
+
+
+def _on_the_wire(strategy: str, part: pd.DataFrame) -> bool:
+    """True when `part`'s bytes_sent_per_step are the emulated links' veth counts: a strategy
+    whose own figure is analytic (torch DDP / FSDP, Horovod) gets the veth count in its place
+    under emulation (ddlstudy.network.emulated.wire), TCP/IP framing and all."""
+    from ddlstudy.strategies.registry import get_strategy
+
+    if WIRE not in part or not part[WIRE].notna().all():
+        return False
+    try:
+        return get_strategy(strategy).bytes_source == "analytic"
+    except ValueError:
+        return False
+
+
 def bytes_ratios(comparison: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     """Per strategy: bytes sent per step per rank / the ring's, run by run (same repeat), the
-    median with its interval, and images/sec relative to the ring likewise."""
+    median with its interval, and images/sec relative to the ring likewise. Like with like:
+    a strategy whose bytes are the veth counts (`_on_the_wire`) is divided by the ring's veth
+    count, not by the ring's own count (which has no TCP/IP framing); `bytes_source` says which
+    (counted: the study's Comm; wire: the veth counters; analytic). `bytes_ratio_wire` is veth
+    over veth for every strategy where both were counted."""
     ok = comparison[comparison["error"].fillna("").astype(str) == ""]
     base = ok[ok["strategy"] == baseline].set_index("repeat")
     rows = []
     for strategy, part in ok.groupby("strategy", sort=False):
         p = part.set_index("repeat")
         common = p.index.intersection(base.index)
+        wire = _on_the_wire(str(strategy), part) and WIRE in base
         b = stats.ratio_ci(p.loc[common, "bytes_sent_per_step"],
-                           base.loc[common, "bytes_sent_per_step"])
+                           base.loc[common, WIRE if wire else "bytes_sent_per_step"])
+        w = (stats.ratio_ci(p.loc[common, WIRE], base.loc[common, WIRE])
+             if WIRE in p and WIRE in base and p[WIRE].notna().all()
+             and base[WIRE].notna().all() else None)
         rate = "images_per_sec_cluster" if "images_per_sec_cluster" in p else "images_per_sec"
         r = stats.ratio_ci(p.loc[common, rate], base.loc[common, rate])
         same = _mode(part) == _mode(base)
@@ -144,15 +169,21 @@ def bytes_ratios(comparison: pd.DataFrame, baseline: str = BASELINE) -> pd.DataF
             r = stats.Interval(math.nan, math.nan, math.nan, 0, "not compared")
         rows.append({"strategy": strategy, "workers": int(part["workers"].iloc[0]),
                      "compute_mode": _mode(part),
-                     "bytes_source": str(part["bytes_source"].iloc[0]),
+                     "bytes_source": "wire" if wire else str(part["bytes_source"].iloc[0]),
                      "bytes_sent_per_step": float(part["bytes_sent_per_step"].median()),
                      "bytes_ratio": b.value, "bytes_ratio_ci_low": b.low,
                      "bytes_ratio_ci_high": b.high,
+                     "bytes_ratio_wire": w.value if w is not None else math.nan,
                      "images_per_sec": float(part["images_per_sec"].median()),
                      "images_per_sec_cluster": float(part["images_per_sec_cluster"].median()),
                      "rate_ratio": r.value, "rate_ratio_ci_low": r.low,
                      "rate_ratio_ci_high": r.high, "runs": b.n})
     return pd.DataFrame(rows)
+
+
+SOURCES = {"counted": "counted by the study's Comm",
+           "wire": "veth counts, TCP/IP framing included, over the ring's veth counts",
+           "analytic": "analytic"}
 
 
 def _mode(df: pd.DataFrame) -> str:
@@ -334,12 +365,13 @@ def figure(S: Beyond) -> Any:
                           (axes[1], "rate_ratio", "images/sec")):
         lo = (df[col] - df[f"{col}_ci_low"]).clip(lower=0).fillna(0)
         hi = (df[f"{col}_ci_high"] - df[col]).clip(lower=0).fillna(0)
-        colors = ["tab:orange" if s == "counted" else "tab:gray" for s in df["bytes_source"]]
+        colors = [{"counted": "tab:orange", "wire": "tab:blue"}.get(s, "tab:gray")
+                  for s in df["bytes_source"]]
         ax.barh(df["strategy"], df[col], xerr=[lo, hi], color=colors)
         ax.axvline(1.0, color="k", lw=0.8)
         ax.set_xlabel(f"{what} / ring's (median of runs, 95 % interval)")
-    axes[0].set_title("orange: counted by ddlstudy's Comm; gray: analytic (torch DDP/FSDP)",
-                      fontsize=9)
+    axes[0].set_title("orange: counted by ddlstudy's Comm; blue: veth counts over the ring's "
+                      "veth counts; gray: analytic", fontsize=9)
     cond = _conditions(S)
     fig.suptitle(f"{S.B.model} at {S.B.workers} workers{': ' + cond if cond else ''}",
                  fontsize=10)
@@ -376,7 +408,8 @@ def summary_lines(ratio: pd.DataFrame, slow: pd.DataFrame, cond: str = "",
     for r in ratio.itertuples():
         if r.strategy == BASELINE:
             continue
-        b = (f"{r.bytes_ratio:.3g}x the ring's bytes per step per rank ({r.bytes_source})"
+        b = (f"{r.bytes_ratio:.3g}x the ring's bytes per step per rank "
+             f"({SOURCES.get(r.bytes_source, r.bytes_source)})"
              if math.isfinite(r.bytes_ratio) else "bytes not compared")
         rate = (f"{r.rate_ratio:.2f}x its images/sec" + (
             f" [{r.rate_ratio_ci_low:.2f}, {r.rate_ratio_ci_high:.2f}]"
