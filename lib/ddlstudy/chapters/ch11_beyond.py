@@ -286,12 +286,17 @@ def straggler_accuracy(S: Beyond) -> pd.DataFrame:
                        data_root=engine_data_root(S.P), verify_data=S.P.data.verify).validate()
     cells = st.cells(base, B.tta_arms, [B.tta_workers], [1.0], rank=B.straggler_rank,
                      delay_s=B.tta_delay_s)
-    if any(arm.gpus_per_node > 1 for arm, _ in cells):
-        raise ValueError("tta_arms run on local engines: drop the hierarchical arm")
-    with grid.emulated_cluster("none", grid.engines_needed([c for _, c in cells]),
-                               start_timeout_s=S.P.cluster.start_timeout_s,
-                               collective_timeout_s=B.timeout_s) as cluster:
-        S.tta_runs = st.run_tta(cluster, cells, B.tta_seeds, S.out / "tta_runs", B.tta_target)
+    groups: dict[int, list[Any]] = {}  # ranks per node (hierarchical: 2) set per cluster
+    for arm, config in cells:
+        groups.setdefault(arm.gpus_per_node, []).append((arm, config))
+    frames = []
+    for part in groups.values():
+        with grid.emulated_cluster("none", grid.engines_needed([c for _, c in part]),
+                                   start_timeout_s=S.P.cluster.start_timeout_s,
+                                   collective_timeout_s=B.timeout_s) as cluster:
+            frames.append(st.run_tta(cluster, part, B.tta_seeds, S.out / "tta_runs",
+                                     B.tta_target))
+    S.tta_runs = pd.concat(frames, ignore_index=True)
     S.tta_ratio = st.tta_ratios(S.tta_runs)
     records.write_table(S.tta_runs, S.out, "straggler_tta")
     records.write_table(S.tta_ratio, S.out, "straggler_tta_ratio")
