@@ -304,3 +304,17 @@ def test_add_rows_appends_the_arms_a_table_lacks_stamped(tmp_path: Path, capsys)
     assert reference.main(["add-rows", str(src), str(dest), "--table", "accuracy",
                            "--keys", "strategy,nope"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_load_table_gives_unstamped_rows_the_chapters_own_provenance(tmp_path: Path) -> None:
+    ch = tmp_path / "11_beyond"
+    ch.mkdir()
+    (ch / "meta.json").write_text(json.dumps({"status": "ok", "created": "2026-11-25T10:00",
+                                              "git_sha": "b" * 40, "host": {"hostname": "a"}}))
+    pd.DataFrame({"strategy": ["ddp", "ddp_fp16"], "run_host": [None, "h"],
+                  "run_created": [None, "2026-11-26T12:23"],
+                  "run_git_sha": [None, "c" * 40]}).to_csv(ch / "accuracy.csv", index=False)
+    df = reference.load_table("11_beyond", "accuracy", root=tmp_path)
+    assert list(df["ref_host"]) == ["a", "h"]
+    assert list(df["ref_created"].str[:10]) == ["2026-11-25", "2026-11-26"]
+    assert "2026-11-25 to 2026-11-26" in reference.label(df)

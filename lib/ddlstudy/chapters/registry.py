@@ -118,7 +118,8 @@ for _c in [
                         ("time_vs_size.png",)),)),
     Chapter("03_ps_vs_ring", "images/sec, speed-up and efficiency vs workers for PS and ring, per "
             "model; one host, and emulated links with compute replayed",
-            "Shi 2019 Figs 4.1-4.4", ("Shi 2019",), params_section="training",
+            "Shi 2019 Figs 4.1-4.4; Jiang 2020 (BytePS)", ("Shi 2019", "Jiang 2020"),
+            params_section="training",
             tables={"summary": ("model", "strategy", "workers")},
             summary=f"{_S}:ps_vs_ring", per_model=True, kind="one host + emulated",
             headlines=(("Parameter Server vs ring all-reduce: images/sec vs workers",
@@ -174,10 +175,11 @@ for _c in [
             tables={"runs": (), "costs": ("strategy", "recovery", "time_lost_s",
                                           "steps_redone")},
             summary=f"{_S}:faults", quick=False),
-    Chapter("11_beyond", "ZeRO-1/2/3, FSDP and compressed all-reduce (fp16, PowerSGD) beside PS "
-            "and ring: bytes per step per rank, images/sec; one straggler, sync vs async",
-            "Rajbhandari 2020 (ZeRO) Sec. 7.2; Vogels 2019 (PowerSGD)",
-            ("Rajbhandari 2020", "Vogels 2019"), params_section="beyond",
+    Chapter("11_beyond", "ZeRO-1/2/3, FSDP and compressed all-reduce (fp16, PowerSGD, top-k) "
+            "beside PS and ring: bytes per step per rank, images/sec, accuracy cost; one "
+            "straggler, sync vs async: throughput and time to accuracy",
+            "Rajbhandari 2020 (ZeRO) Sec. 7.2; Vogels 2019 (PowerSGD); Zhao 2023 (FSDP)",
+            ("Rajbhandari 2020", "Vogels 2019", "Zhao 2023"), params_section="beyond",
             tables={"comparison": ("strategy", "repeat", "workers", "bytes_sent_per_step",
                                    "images_per_sec", "bytes_source"),
                     "bytes_ratio": ("strategy", "bytes_ratio", "runs"),

@@ -83,12 +83,15 @@ def load_table(chapter: str, name: str, root: Path | None = None) -> pd.DataFram
     meta = records.read_meta(folder)
     df = pd.read_csv(path)
     own = {"ref_host": "run_host", "ref_created": "run_created", "ref_git_sha": "run_git_sha"}
-    if set(own.values()) <= set(df):
-        df = df.assign(**{ref: df[run].astype(str) for ref, run in own.items()})
+    chapter_own = {"ref_host": (meta.get("host") or {}).get("hostname", "?"),
+                   "ref_created": str(meta.get("created", "?")),
+                   "ref_git_sha": code_version(meta)[0]}
+    if set(own.values()) <= set(df):  # rows a later sitting added (add-rows) carry their own;
+        # the chapter's first sitting's rows have none: they are the chapter meta's
+        df = df.assign(**{ref: df[run].where(df[run].notna(), chapter_own[ref]).astype(str)
+                          for ref, run in own.items()})
     else:
-        df = df.assign(
-            ref_host=(meta.get("host") or {}).get("hostname", "?"),
-            ref_created=str(meta.get("created", "?")), ref_git_sha=code_version(meta)[0])
+        df = df.assign(**chapter_own)
     df.attrs["table"] = f"{name}.csv"  # `label` counts its rows as rows, not runs
     return df
 
