@@ -74,7 +74,10 @@ def _fsdp_over_ddp(rec: Records) -> list[Measurement]:
             why = (f"not measured: {FSDP} computed '{fm}' and {DDP} '{dm}' (fsdp has no compute "
                    "replay: under beyond.compute replay it computes for real on this host), so "
                    "their images/sec are not comparable; needs both at one compute mode "
-                   "(beyond.compute: real, or ddp in beyond.real_compute)")
+                   "(beyond.compute: real, or ddp in beyond.real_compute); on this host's "
+                   "gloo that would test gloo as much as FSDP: its reduce-scatter is a whole "
+                   "all-reduce, 2.0x a ring's bytes (strategies/fsdp.py), where the paper's "
+                   "NCCL runs a ring reduce-scatter on GPUs")
             rows.append(Measurement(label, missing=why, chapter=CH11, testbed=_testbed(part)))
             continue
         a, b = runs(f_cells, RATE), runs(d_cells, RATE)
