@@ -203,6 +203,13 @@ def values(s: pd.Series) -> tuple[float, ...]:
     return tuple(float(v) for v in vals[np.isfinite(vals) & (vals > 0)])
 
 
+def host_or_emulated(df: pd.DataFrame) -> str:
+    """TESTBED_HOST when `df`'s cells ran on this host's loopback (network none / loopback),
+    else TESTBED_EMULATED: a chapter 11 table's testbed, read from its first row."""
+    net = str(df["network"].iloc[0]) if "network" in df and len(df) else "none"
+    return TESTBED_HOST if net in ("none", "loopback", "nan") else TESTBED_EMULATED
+
+
 def by_testbed(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(testbed name, its rows) of an emulated chapter 03 summary, today's H100 replay
     ('none': cells without a `testbed` column, or with none in it) first, then by name: a claim

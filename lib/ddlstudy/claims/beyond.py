@@ -38,11 +38,6 @@ CONDITIONS = ("ZeRO-DP on N data-parallel GPUs, mixed precision, Adam; the basel
 SRC = "bytes counted by ddlstudy's Comm per worker per step (chapter 11)"
 
 
-def _testbed(df: pd.DataFrame) -> str:
-    net = str(df["network"].iloc[0]) if "network" in df and len(df) else "none"
-    return claims.TESTBED_HOST if net in ("none", "loopback", "nan") else claims.TESTBED_EMULATED
-
-
 def _ratio(strategy: str):  # noqa: ANN202 - a claim's measure
     """Measure: `strategy`'s bytes sent per step / the ring's, run by run (same repeat). The
     bytes are counted from what the code sent, so a ratio the same in every run is exact."""
@@ -60,10 +55,11 @@ def _ratio(strategy: str):  # noqa: ANN202 - a claim's measure
             label = f"{strategy} / ring bytes sent per step per rank at {int(n)} workers"
             if a.empty or b.empty:
                 rows.append(Measurement(label, missing=rec.missing(CH11, need), chapter=CH11,
-                                        testbed=_testbed(part)))
+                                        testbed=claims.host_or_emulated(part)))
                 continue
             rows.append(Measurement(label, per_run(lambda x, y: x / y, a, b),
-                                    source=rec.source(CH11, SRC), testbed=_testbed(part),
+                                    source=rec.source(CH11, SRC),
+                                    testbed=claims.host_or_emulated(part),
                                     chapter=CH11, exact="counted, exact"))
         return rows
 

@@ -41,11 +41,6 @@ CONDITIONS = ("the paper: PyTorch FSDP against DDP in large-model training on GP
 SRC = "chapter 11's comparison cells (images/sec)"
 
 
-def _testbed(df: pd.DataFrame) -> str:
-    net = str(df["network"].iloc[0]) if "network" in df and len(df) else "none"
-    return claims.TESTBED_HOST if net in ("none", "loopback", "nan") else claims.TESTBED_EMULATED
-
-
 def _mode(df: pd.DataFrame) -> str:
     """The cells' compute mode ('real', 'replay'; 'real' when not recorded), or 'mixed'."""
     if "compute_mode" not in df or df.empty:
@@ -67,7 +62,7 @@ def _fsdp_over_ddp(rec: Records) -> list[Measurement]:
         f_cells, d_cells = part[part["strategy"] == FSDP], part[part["strategy"] == DDP]
         if f_cells.empty or d_cells.empty:
             rows.append(Measurement(label, missing=rec.missing(CH11, need), chapter=CH11,
-                                    testbed=_testbed(part)))
+                                    testbed=claims.host_or_emulated(part)))
             continue
         fm, dm = _mode(f_cells), _mode(d_cells)
         if fm != dm or fm == "mixed":
@@ -78,11 +73,12 @@ def _fsdp_over_ddp(rec: Records) -> list[Measurement]:
                    "gloo that would test gloo as much as FSDP: its reduce-scatter is a whole "
                    "all-reduce, 2.0x a ring's bytes (strategies/fsdp.py), where the paper's "
                    "NCCL runs a ring reduce-scatter on GPUs")
-            rows.append(Measurement(label, missing=why, chapter=CH11, testbed=_testbed(part)))
+            rows.append(Measurement(label, missing=why, chapter=CH11,
+                                    testbed=claims.host_or_emulated(part)))
             continue
         a, b = runs(f_cells, RATE), runs(d_cells, RATE)
         rows.append(Measurement(f"{label} ({fm} compute)", per_run(lambda x, y: x / y, a, b),
-                                source=rec.source(CH11, SRC), testbed=_testbed(part),
+                                source=rec.source(CH11, SRC), testbed=claims.host_or_emulated(part),
                                 chapter=CH11))
     return rows or [Measurement(f"{FSDP} / {DDP}", missing=rec.missing(CH11, need),
                                 chapter=CH11)]
