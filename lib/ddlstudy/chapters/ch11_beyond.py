@@ -226,14 +226,10 @@ def accuracy(S: Beyond) -> pd.DataFrame:
     engines, real compute); final test accuracy minus the first strategy's (uncompressed),
     paired by seed. Writes accuracy.csv (one row per run) and accuracy_cost.csv."""
     from ddlstudy.experiments import grid
-    from ddlstudy.experiments.dynamics import missing_dataset
     from ddlstudy.train.config import TrainConfig
 
     B = S.B
-    absent = missing_dataset(B.accuracy_dataset, str(S.P.data.path()), S.P.data.verify)
-    if absent:
-        S.accuracy_skipped = f"Accuracy runs skipped: {absent}"
-        print(f"{S.accuracy_skipped}.")
+    absent = S.accuracy_skipped = _skipped(S, B.accuracy_dataset, "Accuracy")
     if not B.accuracy_strategies or absent:
         S.accuracy_cost = pd.DataFrame(columns=ACCURACY_COLUMNS)
         return S.accuracy_cost
@@ -260,6 +256,18 @@ def accuracy(S: Beyond) -> pd.DataFrame:
     return S.accuracy_cost
 
 
+def _skipped(S: Beyond, dataset: str, what: str) -> str:
+    """'' when `dataset` is at hand; else the one line (printed once) saying which runs are
+    skipped and why (`make data`)."""
+    from ddlstudy.experiments.dynamics import missing_dataset
+
+    absent = missing_dataset(dataset, str(S.P.data.path()), S.P.data.verify)
+    if not absent:
+        return ""
+    print(f"{what} runs skipped: {absent}.")
+    return f"{what} runs skipped: {absent}"
+
+
 def straggler_accuracy(S: Beyond) -> pd.DataFrame:
     """Time to `tta_target` test accuracy for each of `tta_arms` at `tta_workers`, without and
     with worker `straggler_rank` waiting `tta_delay_s` before each step: real training of
@@ -267,14 +275,10 @@ def straggler_accuracy(S: Beyond) -> pd.DataFrame:
     Writes straggler_tta.csv (one row per run) and straggler_tta_ratio.csv."""
     from ddlstudy.experiments import grid
     from ddlstudy.experiments import stragglers as st
-    from ddlstudy.experiments.dynamics import missing_dataset
     from ddlstudy.train.config import TrainConfig
 
     B = S.B
-    absent = missing_dataset(B.tta_dataset, str(S.P.data.path()), S.P.data.verify)
-    if absent:
-        S.tta_skipped = f"Time-to-accuracy runs skipped: {absent}"
-        print(f"{S.tta_skipped}.")
+    absent = S.tta_skipped = _skipped(S, B.tta_dataset, "Time-to-accuracy")
     if not B.tta_arms or absent:
         S.tta_runs = pd.DataFrame(columns=st.TTA_COLUMNS)
         S.tta_ratio = pd.DataFrame(columns=st.TTA_RATIO_COLUMNS)
