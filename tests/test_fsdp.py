@@ -11,9 +11,14 @@ import torch
 from ddlstudy.cluster.engines import Cluster
 from ddlstudy.strategies import get_strategy
 from ddlstudy.train.trainer import TrainConfig, TrainResult, train
+from wire_probe import NETWORK, WcharCluster
 
 EXACT = dict(model="mlp", dataset="digits", dtype="float64", lr=0.3, momentum=0.9,
              weight_decay=1e-3, steps=4, warmup_steps=0, seed=5, eval=False, batch_size=8)
+
+# mlp with a 1024-wide second hidden layer (150,666 parameters, 1.2 MB in float64): gloo's
+# per-message headers and the chunk's two barriers (~11 KB a step for fsdp) stay < 1 % of a step
+WIDE = {"hidden": 1024}
 
 
 def _run(cluster: Cluster, **kw) -> TrainResult:
@@ -71,16 +76,18 @@ def _fsdp_step_bytes(shape: list[int], seed: int = 0) -> dict[str, int]:
              momentum=0.9)
     x, y = torch.randn(4, *shape), torch.randint(0, 10, (4,))
     s.step(x, y)  # warm-up: lazy init, first allocations
-    s.end_chunk()
+    s.sync_model()
     dist.barrier()
     w0 = written()
     stats = s.step(x, y)
     w1 = written()
-    s.end_chunk()
+    s.end_chunk()  # inside the chunk: nothing to send (no servers, no gather)
     w2 = written()
+    s.sync_model()
+    w3 = written()
     return {"counted": stats.bytes_sent, "gathered": s.count.gathered,
             "scattered": s.count.scattered, "step_written": w1 - w0,
-            "end_chunk_written": w2 - w1, **s.memory()}
+            "end_chunk_written": w2 - w1, "sync_written": w3 - w2, **s.memory()}
 
 
 _fsdp_step_bytes.__module__ = "__main__"  # shipped by value: engines cannot import tests/
@@ -123,14 +130,46 @@ def test_fsdp_bytes_are_gloos_per_step_and_rank(cluster: Cluster, p: int) -> Non
         # on top (< 1 %)
         assert row["step_written"] == pytest.approx(row["counted"], rel=0.01)
         assert row["step_written"] >= row["counted"]
-        # the plain copy for rank 0 (end_chunk, outside the step) is one more all-gather
-        assert row["end_chunk_written"] == pytest.approx(ring * padded, rel=0.02)
+        # the plain copy for rank 0 is one more all-gather, in sync_model (the driver's call
+        # outside the chunks), not in end_chunk (inside them)
+        assert row["sync_written"] == pytest.approx(ring * padded, rel=0.02)
+        assert row["end_chunk_written"] == 0
         # memory: this rank's shards, about 1/p of the parameters
         assert row["mem_param_bytes"] <= shard0
         assert row["mem_param_bytes"] == row["mem_grad_bytes"] == row["mem_optstate_bytes"]
         if rank == 0:
             assert row["mem_param_bytes"] == shard0
         assert row["mem_param_bytes"] == pytest.approx(padded / p, rel=0.05)
+
+
+def test_fsdp_chunks_hold_the_steps_alone(cluster: Cluster) -> None:
+    """One timed step per chunk, 4 workers, evaluation and a checkpoint after every chunk, the
+    final weights: the bytes each rank writes to its sockets inside the timed chunk calls (what
+    the driver's wire counters see: an emulated run's veth) are the step's bytes within 1 %.
+    Rank 0's plain copy, a full-model all-gather ((p-1)/p Psi, +25 % on the step's 4 (p-1)/p),
+    is gathered outside the chunks (Strategy.sync_model), before the model is read; the
+    evaluations and weights are still those of one process on the union batch."""
+    n = 4
+    cfg = TrainConfig(**{**EXACT, "strategy": "fsdp", "workers": n, "steps": 3,
+                         "warmup_steps": 1, "eval": True, "checkpoint_every": 1,
+                         "model_kwargs": WIDE})
+    res = train(WcharCluster(cluster, n), cfg, progress=False, return_weights=True,
+                network=NETWORK)
+    assert (res.chunks["steps"] == 1).all() and len(res.chunks) == 3
+    step = res.steps.loc[res.steps["role"] == "worker", "bytes_sent"].mean()
+    psi = 8 * res.row["params"]
+    # 4 (p-1)/p Psi, padded (the output layer's dim 0 of 10 pads to 12: +1.4 %)
+    assert step == pytest.approx(4 * (n - 1) / n * psi, rel=0.02)
+    # before: step + the gather, 1.25x
+    assert res.row["wire_bytes_sent_per_step"] == pytest.approx(step, rel=0.01)
+    assert res.row["wire_bytes_sent_per_step"] >= step
+    ref = _run(cluster, strategy="single", workers=1, batch_size=n * 8, steps=3,
+               warmup_steps=1, eval=True, model_kwargs=WIDE)
+    assert (res.weights - ref.weights).abs().max().item() < 1e-10
+    assert len(res.evals) == len(ref.evals) >= 1
+    assert list(res.evals["test_accuracy"]) == list(ref.evals["test_accuracy"])
+    assert res.evals["test_loss"].to_numpy() == pytest.approx(ref.evals["test_loss"].to_numpy(),
+                                                              rel=1e-9)
 
 
 def test_reduce_scatter_rings_per_backend() -> None:

@@ -130,9 +130,14 @@ def _sleep_until(deadline: float) -> None:
 # ----------------------------------------------------------------------------- the interface
 class Strategy:
     """A rank's part in one strategy. Workers call `step` per batch and `end_chunk` after a run
-    of steps; servers call `serve`, which returns when every worker has sent STOP."""
+    of steps; servers call `serve`, which returns when every worker has sent STOP. Before rank
+    0's `module` is read (evaluation, checkpoint, final weights) every rank calls `sync_model`,
+    outside the timed chunks."""
 
     name: ClassVar[str] = ""
+    # True where `module` is only current after `sync_model` (the model is sharded over the
+    # workers: fsdp, zero3); the driver then runs `sync_model` before it reads rank 0's model
+    syncs_model: ClassVar[bool] = False
 
     def __init__(self, model: nn.Module, *, rank: int = 0, layout: Layout | None = None,
                  lr: float = 1e-4, momentum: float = 0.0, weight_decay: float = 0.0,
@@ -227,7 +232,15 @@ class Strategy:
         raise NotImplementedError
 
     def end_chunk(self) -> None:
-        """Workers: tell the servers this chunk of steps is over (no-op without servers)."""
+        """Workers: tell the servers this chunk of steps is over (no-op without servers). It runs
+        inside the chunk's timed window and wire count: only what training needs belongs here."""
+
+    def sync_model(self) -> None:
+        """Make `module` the current full model (on every worker, rank 0's is the one read), for
+        evaluation, a checkpoint or the final weights. A collective over all ranks where the
+        model is sharded (`syncs_model`); the driver runs it on every rank as an engine call of
+        its own, after a chunk's wall time and wire counters were taken, and only before rank
+        0's model is read: its time and bytes are in no chunk. No-op by default."""
 
     def serve(self) -> list[StepStats]:
         raise RuntimeError(f"{self.name}: rank {self.rank} is a {self.role}, it has no serve loop")

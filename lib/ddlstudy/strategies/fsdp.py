@@ -32,24 +32,33 @@ that step; it now reports 134,099,856 B (3.000 Psi; Psi = 44,695,848 B), 0.11 % 
 writes (gloo's per-message headers).
 
 Emulated runs (netem) replace these bytes with the veth counters (`bytes_source` becomes
-`counted`, as for every analytic strategy; ddlstudy.network.emulated.wire), and those see more
-than the step. The chapter 11 reference's fsdp figure, 178,509,736 B a step = 2.66x the ring
-all-reduce's 67,043,772 B (the study's own count there, not the veth's), is: the step's 134.24 MB
-+ `end_chunk`'s `full_tensor` gather, 33.58 MB (0.751 Psi: it runs inside the chunk call whose
-veth deltas are summed, and that run had one timed step per chunk) = 167.82 MB, x 1.064 for
-TCP/IP headers, ACKs and ipyparallel's chunk traffic (the ring all-reduce's own veth count is
-1.061x its count, ddp's 1.062x). The study's `zero3` carries the same end-of-chunk gather on its
-veth (142.8 MB against its 100.6 MB count). Like for like, fsdp / allreduce is 2.0 at any p.
+`counted`, as for every analytic strategy; ddlstudy.network.emulated.wire). The chapter 11
+reference's fsdp figure, 178,509,736 B a step = 2.66x the ring all-reduce's 67,043,772 B (the
+study's own count there, not the veth's), was measured before 2026-11-26, when the plain copy
+for rank 0 (`DTensor.full_tensor`, an all-gather of 0.751 Psi per rank) was assembled in
+`end_chunk`, inside the chunk call whose veth deltas are summed, and that run had one timed step
+per chunk: the step's 134.24 MB + that gather's 33.58 MB = 167.82 MB, x 1.064 for TCP/IP
+headers, ACKs and ipyparallel's chunk traffic (the ring all-reduce's own veth count is 1.061x
+its count, ddp's 1.062x). The gather is now `sync_model`, an engine call of its own that the
+driver runs after the chunk's wall time and veth counters were taken, and only before rank 0's
+model is read (evaluation, checkpoint, final weights): a chunk's wall time and veth count hold
+the steps alone (resnet18 x4, one step per chunk, measured 2026-11-26: each rank wrote
+134,244,744 B to its sockets inside the chunk call against the step's 134,099,856 B, and
+33,578,548 B in `sync_model`; the veth adds TCP/IP framing to the first only), and fsdp /
+allreduce on the veth is the 2.0 it is at any p. The study's
+`zero3` had the same end-of-chunk gather on its veth (142.8 MB against its 100.6 MB count) and
+moved it the same way.
 
 Memory (`mem_*_bytes`, rank 0): this rank's parameter shards, about Psi / p (resnet18 at 4
 workers: 11,174,988 B against Psi / 4 = 11,173,962 B; rank 0 holds the larger chunks of an
 uneven dim 0), gradient shards the same, optimizer state the shards' momentum (0 without).
 
 Runs on CPU / gloo with torch 2.13 (measured; float32 and float64). Limits: no compute replay
-(the gathers live inside forward and backward); between chunks the strategy assembles a plain
-copy of the model with `DTensor.full_tensor` (an all-gather over the workers, (p-1)/p Psi per
-rank, outside every step's bytes but inside the chunk's wall time and veth count) so rank 0 can
-evaluate and report weights alone.
+(the gathers live inside forward and backward); before rank 0's model is read, `sync_model`
+assembles a plain copy of the model with `DTensor.full_tensor` (an all-gather over the workers,
+(p-1)/p Psi per rank, outside every step's bytes and, since it is its own engine call outside
+the chunks, outside every chunk's wall time and veth count) so rank 0 can evaluate, checkpoint
+and report weights alone.
 """
 
 from __future__ import annotations
@@ -143,6 +152,7 @@ class FSDP(Strategy):
     """torch FSDP2 (`fully_shard`) per module with parameters, plus the root."""
 
     name = "fsdp"
+    syncs_model = True
 
     def __init__(self, model: nn.Module, **kw: Any) -> None:
         super().__init__(model, **kw)
@@ -152,7 +162,7 @@ class FSDP(Strategy):
         if not dist.is_initialized():
             raise RuntimeError("fsdp needs a torch.distributed process group")
         self.world = dist.get_world_size()
-        self.plain = copy.deepcopy(model)  # what rank 0 evaluates between chunks
+        self.plain = copy.deepcopy(model)  # what rank 0 reads (sync_model fills it)
         units = [m for m in model.modules()
                  if m is not model and any(True for _ in m.parameters(recurse=False))]
         for m in units:
@@ -185,8 +195,9 @@ class FSDP(Strategy):
                          update_s=update_s, step_s=compute_s + update_s, bytes_sent=wire,
                          bytes_recv=wire, images=len(x))
 
-    def end_chunk(self) -> None:
-        """Assemble the plain copy (all workers: full_tensor is an all-gather)."""
+    def sync_model(self) -> None:
+        """Assemble the plain copy (all workers: full_tensor is an all-gather), once after the
+        last step; the driver calls it outside the chunks (Strategy.sync_model)."""
         if not self._stale:
             return
         with torch.no_grad():

@@ -100,7 +100,7 @@ def _engine_setup(cfg: dict[str, Any], run_id: str,
                            "strategy": strategy, "device": device, "step": 0, "perm": (-1, None),
                            "base": (0, 0, 0), "replay_s": replay_s}
     info = {"rank": rank, "role": strategy.role, "params": strategy.n_params, "train_size": 0,
-            "settings": strategy.settings()}
+            "settings": strategy.settings(), "syncs_model": strategy.syncs_model}
     if strategy.is_worker:
         global_batch = config.batch_size * config.workers
         x, y = worker_data(config, global_batch)
@@ -192,7 +192,12 @@ def _global_batch_rows(run: dict[str, Any], step: int) -> torch.Tensor:
 
 def _engine_chunk(run_id: str, n_steps: int) -> dict[str, Any]:
     """n_steps steps on a worker, or a serve loop (until every worker's STOP) on a server,
-    between two barriers over all ranks: the barrier-to-barrier time is the chunk's window."""
+    between two barriers over all ranks: the barrier-to-barrier time is the chunk's window.
+
+    Inside the window a worker runs its steps and `end_chunk` (what training needs: the PS
+    strategies' STOP to their servers), nothing else. Gathering a sharded model for rank 0
+    (fsdp, zero3) is `_engine_sync_model`, a call of its own that the driver makes after it read
+    the chunk's wall time and wire counters: not part of any chunk's wall_s or counted bytes."""
     import torch.distributed as dist
 
     run = _RUNS[run_id]
@@ -221,6 +226,14 @@ def _engine_chunk(run_id: str, n_steps: int) -> dict[str, Any]:
         row.update(rank=run.get("first_rank", run["rank"]), role=run["role"])
     return {"rank": run["rank"], "role": run["role"], "wall_s": wall, "end": time.time(),
             "rows": rows, "peers_lost": lost}
+
+
+def _engine_sync_model(run_id: str) -> None:
+    """Every rank: make rank 0's `strategy.module` the current full model (Strategy.sync_model:
+    a gather over the workers for fsdp and zero3, a no-op elsewhere). The driver calls it before
+    it reads rank 0's model (evaluation, checkpoint, final weights), outside every chunk's timed
+    window and after that chunk's wire counters were read."""
+    _RUNS[run_id]["strategy"].sync_model()
 
 
 def _maybe_fail(run: dict[str, Any]) -> None:
@@ -303,7 +316,8 @@ def _cpu_state(obj: Any) -> Any:
 
 def _engine_state(run_id: str) -> dict[str, Any]:
     """This rank's part of a checkpoint: worker: model + optimizer + data position; server: its
-    shard of the weights, its optimizer, its version and update counter."""
+    shard of the weights, its optimizer, its version and update counter. A sharded model is
+    read after `_engine_sync_model` (the driver's `_take_checkpoint`)."""
     run = _RUNS[run_id]
     strategy: Strategy = run["strategy"]
     opt = getattr(strategy, "opt", None)
@@ -377,7 +391,8 @@ def _engine_relayout(run_id: str, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _engine_eval(run_id: str, batch: int = 1000) -> dict[str, float]:
-    """Test accuracy and loss of this rank's model (worker 0: the run's model)."""
+    """Test accuracy and loss of this rank's model (worker 0: the run's model; a sharded one
+    after `_engine_sync_model`, which the driver runs first)."""
     run = _RUNS[run_id]
     config: TrainConfig = run["config"]
     if "xt" not in run:
@@ -400,6 +415,7 @@ def _engine_eval(run_id: str, batch: int = 1000) -> dict[str, float]:
 
 
 def _engine_weights(run_id: str) -> torch.Tensor:
+    """This rank's model as one flat vector (rank 0: the run's; after `_engine_sync_model`)."""
     return flat_params(_RUNS[run_id]["strategy"].module).cpu()
 
 

@@ -8,7 +8,9 @@ starts and ends with a barrier over all ranks, servers included; the timed wall 
 of these barrier-to-barrier windows (each rank times its own window on its own clock; the chunk's
 window is the longest of them, since a barrier does not release every rank at the same instant),
 so aggregate images/sec is all images all workers processed over the time they took together,
-not N x rank 0's rate.
+not N x rank 0's rate. Strategies that shard the model (fsdp, zero3) gather it for rank 0 in a
+call of its own (`_sync_model`) before an evaluation, a checkpoint or the final weights, after
+the chunk's window and wire counters were taken: that gather is in no chunk's time or bytes.
 
 Data: every step draws one global batch of N x b samples from a seeded per-epoch permutation;
 worker r takes rows r*b..(r+1)*b. `single` with batch N*b therefore sees exactly the union of
@@ -78,6 +80,7 @@ from ddlstudy.train.rank import (  # noqa: F401 - ddlstudy.train.trainer.X keeps
     _engine_restore,
     _engine_setup,
     _engine_state,
+    _engine_sync_model,
     _engine_teardown,
     _engine_weights,
     _global_batch_rows,
@@ -216,13 +219,24 @@ def owner_line(owner: dict[str, Any] | None) -> str:
             f"{owner.get('started')})")
 
 
+def _sync_model(cluster: Any, run_id: str, world: int, timeout_s: float, syncs: bool) -> None:
+    """Before the driver reads rank 0's model (evaluation, checkpoint, final weights): a
+    strategy that shards the model (`syncs: Strategy.syncs_model`: fsdp, zero3) gathers it on
+    every rank (`_engine_sync_model`), as an engine call of its own after the last chunk's wall
+    time and wire counters were taken, so neither holds it. Other strategies: no call."""
+    if syncs:
+        cluster.run(_engine_sync_model, run_id, world_size=world, timeout=timeout_s + 120)
+
+
 def _take_checkpoint(cluster: Any, config: TrainConfig, live: TrainConfig, run_id: str,
-                     prog: _Progress, timeout_s: float, owner: dict[str, Any] | None = None
-                     ) -> dict[str, Any]:
+                     prog: _Progress, timeout_s: float, owner: dict[str, Any] | None = None,
+                     syncs: bool = False) -> dict[str, Any]:
     """Worker 0's and every server's state plus the driver's records, at a chunk boundary;
-    `owner` (run_owner) says whose run wrote it."""
+    `owner` (run_owner) says whose run wrote it; `syncs`: gather a sharded model first
+    (`_sync_model`, on the live ranks)."""
     from ddlstudy.train import checkpoint
 
+    _sync_model(cluster, run_id, live.world_size, timeout_s, syncs)
     servers = range(live.workers, live.workers + live.n_servers)
     engine = {"worker": cluster.run_rank(0, _engine_state, run_id, timeout=timeout_s + 120),
               "servers": [cluster.run_rank(r, _engine_state, run_id, timeout=timeout_s + 120)
@@ -333,6 +347,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     try:
         infos = _start_engines(cluster, config, run_id, replay_s, world, timeout_s, armed, ckpt)
         train_size = infos[0]["train_size"]
+        syncs = bool(infos[0].get("syncs_model"))  # rank 0's model needs _sync_model first
         per_epoch = train_size // (config.batch_size * config.workers)
         steps = config.steps
         if config.epochs is not None:
@@ -447,16 +462,19 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
                                "per worker")
             bar.update(k)
             if evaluate and (prog.done % per_epoch == 0 or prog.timed_done >= steps):
+                _sync_model(cluster, run_id, world, timeout_s, syncs)  # after wire.add()
                 ev = cluster.run_rank(0, _engine_eval, run_id, timeout=timeout_s + 600)
                 prog.evals.append({"epoch": prog.done / per_epoch, "step": prog.done, **ev})
                 if progress:
                     bar.set_postfix(acc=f"{ev['test_accuracy']:.3f}")
             if every and (prog.done % every == 0 or prog.timed_done >= steps):
-                ckpt = _take_checkpoint(cluster, config, live, run_id, prog, timeout_s, owner)
+                ckpt = _take_checkpoint(cluster, config, live, run_id, prog, timeout_s, owner,
+                                        syncs)
                 if out_dir is not None:
                     checkpoint.save(out_dir, ckpt)
                     _write_progress(out_dir, config, prog, prog.done, network=net)
         if return_weights:
+            _sync_model(cluster, run_id, world, timeout_s, syncs)
             weights = cluster.run_rank(0, _engine_weights, run_id, timeout=timeout_s + 60)
     except BaseException as err:
         error = err
