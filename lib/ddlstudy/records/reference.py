@@ -297,13 +297,13 @@ def add_rows(src: Path, dest: Path, table: str, keys: list[str],
     have = set(old[keys].astype(str).itertuples(index=False, name=None))
     fresh = new[[t not in have for t in new[keys].astype(str).itertuples(index=False,
                                                                           name=None)]]
-    if fresh.empty:
-        return 0
-    meta = records.read_meta(src)
-    stamp = {"run_host": (meta.get("host") or {}).get("hostname", "?"),
-             "run_created": str(meta.get("created", "?")), "run_git_sha": code_version(meta)[0]}
-    fresh = fresh.assign(**{k: v for k, v in stamp.items() if k not in fresh})
-    pd.concat([old, fresh], ignore_index=True).to_csv(b, index=False)
+    if not fresh.empty:
+        meta = records.read_meta(src)
+        stamp = {"run_host": (meta.get("host") or {}).get("hostname", "?"),
+                 "run_created": str(meta.get("created", "?")),
+                 "run_git_sha": code_version(meta)[0]}
+        fresh = fresh.assign(**{k: v for k, v in stamp.items() if k not in fresh})
+        pd.concat([old, fresh], ignore_index=True).to_csv(b, index=False)
     if runs:  # a run folder (one holding summary.csv) dest lacks, whole; never into dest's
         for run in sorted(p.parent for p in (src / runs).rglob("summary.csv")):
             to = dest / runs / run.relative_to(src / runs)
