@@ -195,3 +195,27 @@ def test_straggler_time_to_accuracy_at_ci_settings(tmp_path: Path) -> None:
     assert "Time-to-accuracy runs: mlp on digits, 3 workers x batch 16, 3 epochs" in text
     assert "ps_async with the straggler: test accuracy 0.9 reached in" in text
     assert "took x" in ch.summary(tmp_path / ch.NAME)
+
+
+def test_where_each_wins_is_analytic_and_places_every_testbed(tmp_path: Path) -> None:
+    """The map's winner follows the model: with compute far longer than any transfer every arm
+    ties (no winner by 2 %); on the slowest links fp16 buckets beat the plain ring; each
+    testbed with a step time for the model gets a row; the table says it is projected."""
+    from ddlstudy.analysis import costmodel
+
+    grid, tb = costmodel.winners_map("resnet50", workers=4, shape="imagenet",
+                                     compute_s=[0.001, 100.0], bandwidth_bps=[1e8, 4e12])
+    slow_net = grid[(grid["compute_s"] == 0.001) & (grid["bandwidth_bps"] == 1e8)].iloc[0]
+    long_compute = grid[(grid["compute_s"] == 100.0) & (grid["bandwidth_bps"] == 4e12)].iloc[0]
+    assert long_compute["winner"] == costmodel.NO_WINNER
+    assert slow_net["step_s: ring, fp16 buckets"] < slow_net["step_s: ring all-reduce"]
+    assert slow_net["winner"] != costmodel.NO_WINNER
+    assert {"shi2019", "wang_nchc_10gbe"} <= set(tb["name"])
+    P = load_params(*FILES)
+    S = ch.setup(P, tmp_path, straggler_arms=[])
+    placed = ch.where_each_wins(S)
+    table = pd.read_csv(tmp_path / ch.NAME / "regime_winners.csv")
+    assert (table["source"] == "analytic (projected)").all() and len(placed) == len(tb)
+    assert (tmp_path / ch.NAME / "regime_winners.png").exists()
+    assert any("Projected (analytic, resnet50 at" in x
+               for x in ch.winners_sentences(placed, "resnet50", 4))

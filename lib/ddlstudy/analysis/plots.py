@@ -597,11 +597,7 @@ def regime_map(grid: pd.DataFrame, points: pd.DataFrame, words: dict[str, float]
     if len(tb):  # every testbed; one without a step time for this model sits at the left edge
         tb = tb[tb["bandwidth_bps"].notna()]
         placed, edge = tb[tb["compute_s"].notna()], tb[tb["compute_s"].isna()]
-        ax.scatter(placed["compute_s"], placed["bandwidth_bps"] / 1e9, marker="o", s=45,
-                   color="tab:red", zorder=5)
-        for r in placed.itertuples():
-            ax.annotate(r.name, (r.compute_s, r.bandwidth_bps / 1e9), fontsize=7,
-                        xytext=(4, 3), textcoords="offset points")
+        _testbed_markers(ax, placed)
         handles.append(plt.Line2D([], [], marker="o", ls="", color="tab:red",
                                   label="testbed (its compute, inter-node rate): projected "
                                         "(analytic)"))
@@ -629,4 +625,45 @@ def regime_map(grid: pd.DataFrame, points: pd.DataFrame, words: dict[str, float]
            ylabel="inter-node bandwidth per node (Gb/s)")
     ax.legend(handles=handles, fontsize=7, loc="lower right")
     ax.set_title(title or f"regime map (analytic), {workers} workers", fontsize=9)
+    return fig
+
+
+def _testbed_markers(ax: Any, placed: pd.DataFrame) -> None:
+    """Each testbed (compute_s, bandwidth_bps) as a red dot with its name."""
+    ax.scatter(placed["compute_s"], placed["bandwidth_bps"] / 1e9, marker="o", s=45,
+               color="tab:red", zorder=5)
+    for r in placed.itertuples():
+        ax.annotate(r.name, (r.compute_s, r.bandwidth_bps / 1e9), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")
+
+
+def winners_map(grid: pd.DataFrame, testbeds: pd.DataFrame, *, column: str = "winner",
+                title: str = "") -> Figure:
+    """Where each strategy's predicted step is the fastest (analytic): compute seconds per step
+    (x) vs inter-node bandwidth (y), both log, one colour per winner (`column` of `grid`); each
+    testbed a red dot."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    xs = np.sort(grid["compute_s"].unique())
+    ys = np.sort(grid["bandwidth_bps"].unique())
+    names = sorted(grid[column].unique())
+    code = {n: i for i, n in enumerate(names)}
+    z = grid.assign(code=grid[column].map(code)).pivot_table(
+        index="bandwidth_bps", columns="compute_s", values="code").reindex(
+        index=ys, columns=xs).to_numpy()
+    colors = [("#dddddd" if n.startswith("none") else plt.cm.tab10(i % 10))
+              for i, n in enumerate(names)]
+    ax.pcolormesh(xs, ys / 1e9, z, cmap=ListedColormap(colors), vmin=-0.5,
+                  vmax=len(names) - 0.5, shading="nearest", alpha=0.6)
+    if len(testbeds):
+        _testbed_markers(ax, testbeds)
+    handles = [Patch(color=colors[code[n]], alpha=0.6, label=n) for n in names]
+    handles.append(plt.Line2D([], [], marker="o", ls="", color="tab:red",
+                              label="testbed (its compute, inter-node rate): projected"))
+    ax.set(xscale="log", yscale="log", xlabel="compute time per step per worker (s)",
+           ylabel="inter-node bandwidth per node (Gb/s)")
+    ax.legend(handles=handles, fontsize=7, loc="lower right")
+    ax.set_title(title or "fastest strategy (analytic)", fontsize=9)
     return fig

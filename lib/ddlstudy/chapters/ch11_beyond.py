@@ -51,6 +51,7 @@ class Beyond:
     tta_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     tta_ratio: pd.DataFrame = field(default_factory=pd.DataFrame)
     tta_skipped: str = ""
+    winners: pd.DataFrame = field(default_factory=pd.DataFrame)
     net: dict[str, Any] = field(default_factory=dict)
 
 
@@ -307,6 +308,42 @@ def straggler_accuracy(S: Beyond) -> pd.DataFrame:
     return S.tta_ratio
 
 
+def where_each_wins(S: Beyond) -> pd.DataFrame:
+    """The step model's fastest strategy (analytic) for `regime_model` at `workers`, one GPU per
+    node, over compute time per step x inter-node bandwidth: the ring, fp16 buckets, ZeRO-1,
+    ZeRO-3 and the best parameter server (ddlstudy.analysis.costmodel.winners_map), each
+    testbed placed at its compute and rate. Writes regime_winners.csv (grid and testbeds,
+    labelled projected) and regime_winners.png; returns the testbeds' rows."""
+    from ddlstudy.analysis import costmodel, plots
+
+    B = S.B
+    grid, testbeds = costmodel.winners_map(B.regime_model, workers=B.workers,
+                                           shape=B.regime_shape)
+    S.winners = testbeds
+    table = pd.concat([grid.assign(kind="grid", name=""),
+                       testbeds.assign(kind="testbed", label=costmodel.TESTBED_LABEL)],
+                      ignore_index=True)
+    records.write_table(table.assign(model=B.regime_model, workers=B.workers,
+                                     source="analytic (projected)"), S.out, "regime_winners")
+    fig = plots.winners_map(grid, testbeds, title=(
+        f"{B.regime_model}: fastest strategy (analytic; {B.workers} workers, 1 GPU per node, "
+        "10 us latency; grey: none leads by 2 % or more)"))
+    plots.save(fig, S.out, "regime_winners")
+    return testbeds[["name", "compute_s", "bandwidth_bps", "winner", "runner_up", "margin",
+                     "winner_uncompressed"]] if len(testbeds) else testbeds
+
+
+def winners_sentences(testbeds: pd.DataFrame, model: str, workers: int) -> list[str]:
+    """One line per winner: which testbeds the step model puts where (analytic)."""
+    if testbeds.empty:
+        return []
+    lines = []
+    for win, part in testbeds.groupby("winner", sort=False):
+        lines.append(f"Projected (analytic, {model} at {workers} workers, 1 GPU per node): "
+                     f"{win} on {', '.join(part['name'])}.")
+    return lines
+
+
 def tta_settings(B: Any) -> str:
     """What the time-to-accuracy runs trained, from the params."""
     return (f"{B.tta_model} on {B.tta_dataset}, {B.tta_workers} workers x batch "
@@ -404,6 +441,7 @@ def text(S: Beyond) -> str:
     if tta:
         tta.append(f"Time-to-accuracy runs: {tta_settings(S.B)}.")
     tta += [S.tta_skipped + "."] if S.tta_skipped else []
+    tta += winners_sentences(S.winners, S.B.regime_model, S.B.workers)
     text += "".join(f"\n\n- {x}" for x in tta)
     return text + (f"\n\n- {S.accuracy_skipped}." if S.accuracy_skipped else "")
 

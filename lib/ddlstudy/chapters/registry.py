@@ -186,7 +186,8 @@ for _c in [
                     "stragglers": ("arm", "factor", "repeat", "images_per_sec_sustained"),
                     "straggler_slowdown": ("arm", "factor", "ratio")},
             optional_tables={"accuracy": (), "accuracy_cost": (),  # not when no strategies
-                             "straggler_tta": (), "straggler_tta_ratio": ()},
+                             "straggler_tta": (), "straggler_tta_ratio": (),
+                             "regime_winners": ()},
             summary="ddlstudy.chapters.ch11_beyond:summary", quick=True, kind="emulated",
             headlines=(("Bytes per step per rank and images/sec relative to the ring",
                         ("beyond.png",)),)),

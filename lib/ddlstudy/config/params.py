@@ -755,6 +755,9 @@ class BeyondParams(_Section):
     tta_target: float = Field(0.95, gt=0, le=1, description="test accuracy whose first "
                               "crossing is timed; fixed before the runs")
     tta_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+    # where each wins (analytic): the step model's fastest strategy over compute x bandwidth
+    regime_model: ModelName = "resnet50"
+    regime_shape: ShapeName = "imagenet"
 
     @field_validator("accuracy_seeds", "tta_seeds")
     @classmethod

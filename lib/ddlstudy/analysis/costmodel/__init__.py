@@ -56,11 +56,15 @@ from ddlstudy.analysis.costmodel.links import (
     validate_collectives,
 )
 from ddlstudy.analysis.costmodel.regime import (
+    BEST_PS,
+    NO_WINNER,
     TESTBED_LABEL,
+    WINNER_ARMS,
     WORDS,
     RegimeMap,
     regime_map,
     ring_and_best_ps,
+    winners_map,
 )
 from ddlstudy.analysis.costmodel.step import (
     BACKWARD_SHARE,
@@ -92,7 +96,8 @@ __all__ = [
     "ALGORITHMS", "BACKWARD_SHARE", "CELL_COLUMNS", "CELL_KEY", "FIT_CONFIGURATION", "FLAT",
     "GOODPUT",
     "HIERARCHICAL", "LINK_COLUMNS", "NETWORKS", "PS_STEP", "SETTINGS_ALONE", "STEP_STRATEGIES",
-    "TESTBED_LABEL", "WORDS", "Constants", "Link", "RecordsError", "RegimeMap", "StepTime",
+    "BEST_PS", "NO_WINNER", "TESTBED_LABEL", "WINNER_ARMS", "WORDS", "Constants", "Link",
+    "RecordsError", "RegimeMap", "StepTime",
     "Tiers", "Validation",
     "_cell_step", "_nnls", "_usable", "allreduce_step", "bucket_layout", "fit", "fit_alpha",
     "fit_constants", "gradient_bytes", "held_out_by_configuration", "hierarchical_traffic",
@@ -100,7 +105,7 @@ __all__ = [
     "main", "node_nic_traffic", "predict", "predict_network", "predict_point",
     "predict_published", "predict_step", "predict_table", "prediction_error_table",
     "profile_link", "project", "project_step", "ps_step", "published_summary", "read_cells",
-    "sharded_step", "sharded_traffic",
+    "sharded_step", "sharded_traffic", "winners_map",
     "read_link_bench", "regime_map", "ring_and_best_ps", "settings_alone", "split_cells",
     "terms", "unmodelled", "validate", "validate_collectives", "validation_for",
     "validation_summary",

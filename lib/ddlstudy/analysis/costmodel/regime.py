@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -170,3 +171,66 @@ def regime_map(model: str, *, workers: int = 6, gpus_per_node: int = 1,
         columns=["kind", "name", "compute_s", "bandwidth_bps", "efficiency", "label", "note"])
     return RegimeMap(model, workers, gpus_per_node, latency_s, pd.DataFrame(rows), pts,
                      dict(WORDS if words is None else words))
+
+
+# Chapter 11's arms on the same grid (issue 25, item 4): (label, strategy, bytes factor). fp16
+# buckets halve the ring's bytes (the cast's compute is not charged); PowerSGD and top-k are
+# left out: their compression compute is not in the step model, only their bytes are measured.
+WINNER_ARMS: tuple[tuple[str, str, float], ...] = (
+    ("ring all-reduce", "allreduce", 1.0),
+    ("ring, fp16 buckets", "allreduce", 0.5),
+    ("ZeRO-1", "zero1", 1.0),
+    ("ZeRO-3", "zero3", 1.0),
+)
+BEST_PS = "best parameter server"
+TIE = 1.02  # a winner by less than 2 % is no winner: the step model's own error is larger
+NO_WINNER = "none by 2 % or more"
+
+
+def winners_map(model: str, *, workers: int = 4, gpus_per_node: int = 1,
+                latency_s: float = 10e-6, shape: str = "cifar",
+                compute_s: Sequence[float] | None = None,
+                bandwidth_bps: Sequence[float] | None = None,
+                c: Constants = SETTINGS_ALONE) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Where each strategy wins (analytic, SETTINGS_ALONE constants unless given): on the
+    regime map's grid, the predicted step of every WINNER_ARMS arm and of the best parameter
+    server (`ring_and_best_ps`), and the fastest (`winner`, NO_WINNER when it leads the
+    runner-up by less than TIE; `winner_uncompressed` likewise without fp16). Returns
+    (grid, testbeds): each testbed of ddlstudy.testbeds with a step time
+    for `model` at its compute and inter-node rate, with the winner there."""
+    xs = np.geomspace(1e-3, 10.0, 30) if compute_s is None else np.asarray(compute_s, float)
+    ys = np.geomspace(1e8, 4e12, 30) if bandwidth_bps is None else np.asarray(bandwidth_bps,
+                                                                              float)
+    sizes = _step.gradient_bytes(model, shape)
+    tiers = Tiers(gpus_per_node, None)
+
+    def steps(x: float, y: float) -> dict[str, float]:
+        link = Link(float(y), latency_s)
+        out = {BEST_PS: ring_and_best_ps(sizes, workers, x, link, tiers, c)[2]}
+        for label, strategy, factor in WINNER_ARMS:
+            arm_sizes = None if strategy == "zero3" and factor == 1.0 else tuple(
+                max(1, int(b * factor)) for b in sizes)
+            out[label] = predict_step(strategy, model, workers, link, x, c, shape=shape,
+                                      sizes=arm_sizes, algorithm="ring_pipelined",
+                                      tiers=tiers).total(c)
+        return out
+
+    def first(t: dict[str, float]) -> tuple[str, str, float]:
+        ranked = sorted(t.items(), key=lambda kv: kv[1])
+        margin = ranked[1][1] / ranked[0][1]
+        return (ranked[0][0] if margin >= TIE else NO_WINNER), ranked[1][0], margin
+
+    def row(x: float, y: float) -> dict[str, Any]:
+        t = steps(x, y)
+        win, second, margin = first(t)
+        plain = first({k: v for k, v in t.items() if "fp16" not in k})[0]
+        return {"compute_s": x, "bandwidth_bps": y, **{f"step_s: {k}": v for k, v in t.items()},
+                "winner": win, "runner_up": second, "margin": margin,
+                "winner_uncompressed": plain}
+
+    grid = pd.DataFrame([row(float(x), float(y)) for y in ys for x in xs])
+    tb = _testbed_points(model, shape)
+    tb = tb[tb["compute_s"].notna() & tb["bandwidth_bps"].notna()]
+    placed = pd.DataFrame([{**r, **row(float(r["compute_s"]), float(r["bandwidth_bps"]))}
+                           for r in tb.to_dict("records")])
+    return grid.assign(label=TESTBED_LABEL), placed

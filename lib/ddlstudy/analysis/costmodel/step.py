@@ -48,7 +48,9 @@ Beyond one GPU per node on one flat link (the defaults, what the emulated refere
   backward all-gather again). The study's ZeRO runs each collective inline (stage 2's
   reduce-scatter inside the backward hook, stage 3's gathers before each module): nothing
   overlaps compute, so the step is compute + every collective. FSDP2's prefetching is not
-  modelled (an upper bound for fsdp).
+  modelled (an upper bound for fsdp). FSDP is modelled with a ring reduce-scatter (NCCL's):
+  on gloo its reduce-scatter is a whole all-reduce, 2.0x the ring's bytes in all
+  (strategies/fsdp.py), so the model under-counts FSDP cells measured on gloo.
 
 Everything here is analytic: label what it predicts "analytic" or "projected".
 """
