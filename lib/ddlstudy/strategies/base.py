@@ -138,6 +138,10 @@ class Strategy:
     # True where `module` is only current after `sync_model` (the model is sharded over the
     # workers: fsdp, zero3); the driver then runs `sync_model` before it reads rank 0's model
     syncs_model: ClassVar[bool] = False
+    # True where each worker's optimizer holds the state of its own shard only (zero1-3, fsdp):
+    # a checkpoint (worker 0's optimizer) cannot carry it: their restore needs momentum 0 (plain
+    # SGD keeps no state) and refuses otherwise (ddlstudy.train.rank._engine_restore)
+    shards_optimizer: ClassVar[bool] = False
 
     def __init__(self, model: nn.Module, *, rank: int = 0, layout: Layout | None = None,
                  lr: float = 1e-4, momentum: float = 0.0, weight_decay: float = 0.0,
@@ -241,6 +245,12 @@ class Strategy:
         model is sharded (`syncs_model`); the driver runs it on every rank as an engine call of
         its own, after a chunk's wall time and wire counters were taken, and only before rank
         0's model is read: its time and bytes are in no chunk. No-op by default."""
+
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a full model state dict (a checkpoint's, rank 0's `module.state_dict()`) into
+        what this rank trains, so the next step goes on from it. Default: `module` (the model);
+        sharded strategies set their shards from the full tensors (no collective)."""
+        self.module.load_state_dict(state)
 
     def serve(self) -> list[StepStats]:
         raise RuntimeError(f"{self.name}: rank {self.rank} is a {self.role}, it has no serve loop")

@@ -58,7 +58,9 @@ Runs on CPU / gloo with torch 2.13 (measured; float32 and float64). Limits: no c
 assembles a plain copy of the model with `DTensor.full_tensor` (an all-gather over the workers,
 (p-1)/p Psi per rank, outside every step's bytes and, since it is its own engine call outside
 the chunks, outside every chunk's wall time and veth count) so rank 0 can evaluate, checkpoint
-and report weights alone.
+and report weights alone. A restart from a checkpoint sets every rank's shards from the full
+model it holds (`load_weights`); the sharded optimizer state (momentum) is not checkpointed, so
+a restore needs momentum 0 and refuses otherwise (TrainConfig refuses fault injection then).
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ class FSDP(Strategy):
 
     name = "fsdp"
     syncs_model = True
+    shards_optimizer = True
 
     def __init__(self, model: nn.Module, **kw: Any) -> None:
         super().__init__(model, **kw)
@@ -207,6 +210,29 @@ class FSDP(Strategy):
             for (_, b), (_, src) in zip(self.plain.named_buffers(), self.model.named_buffers(),
                                         strict=True):
                 b.copy_(src)
+        self._stale = False
+
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """A checkpoint's full state dict into the plain copy and into the sharded model that
+        training steps: each rank copies its chunk of every full tensor into its DTensor's local
+        shard (`distribute_tensor(..., src_data_rank=None)` splits locally, as FSDP shards: no
+        collective). Until 2026-11-26 only the plain copy was loaded, so a restarted fsdp run
+        trained on from its initial weights."""
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        self.plain.load_state_dict(state)
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                full = state[name].to(dtype=p.dtype, device=p.device)
+                if isinstance(p, DTensor):
+                    mine = distribute_tensor(full, p.device_mesh, p.placements,
+                                             src_data_rank=None)
+                    p.to_local().copy_(mine.to_local())
+                else:
+                    p.copy_(full)
+            for name, b in self.model.named_buffers():
+                if name in state:  # persistent buffers (a state dict has no others)
+                    b.copy_(state[name])
         self._stale = False
 
     def memory(self) -> dict[str, int]:

@@ -28,7 +28,11 @@ it is outside every step's bytes and every chunk's wall time and veth count (unt
 ran in `end_chunk`, inside the chunk: with one timed step per chunk the veth counted 142.8 MB a
 step for resnet18 x4 against the step's 100.6 MB; now each rank writes 100,619,380 B to its
 sockets inside the chunk call against the step's 100,565,652 B, and 33,539,596 B in
-`sync_model`). Checkpoints of the sharded optimizer state are not written.
+`sync_model`). Checkpoints hold rank 0's full model, which `load_weights` sets each rank's
+shards from on a restart (until 2026-11-26 only the model was loaded and the shards kept their
+initial weights); they do not hold the sharded optimizer state (each rank's momentum), so a
+restore needs momentum 0 and refuses otherwise (TrainConfig refuses fault injection then; plain
+SGD has no state, and the study's runs use momentum 0).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class Zero(Strategy):
 
     name = "zero"
     stage = 0
+    shards_optimizer = True
 
     def __init__(self, model: nn.Module, *, bucket_mb: float = 25.0, **kw: Any) -> None:
         super().__init__(model, **kw)
@@ -278,6 +283,24 @@ class Zero(Strategy):
             for unit in self.units:
                 self._ensure(unit)
             self._full = True
+
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """A checkpoint's full state dict into the model and into this rank's shards, which the
+        optimizer steps (stages 1 and 2 rebuild the model from them after every step): loading
+        the model alone left every shard at its initial weights, so a restarted run went on from
+        those. Stage 3 regrows any freed parameters first (whole model, as after `sync_model`;
+        the next step frees it). Every rank holds the full tensors: no collective."""
+        if self.stage == 3:
+            for unit in self.units:
+                if not unit.gathered:
+                    for p in unit.params:
+                        p.data.untyped_storage().resize_(p.numel() * p.element_size())
+                    unit.gathered = True
+            self._full = True
+        self.model.load_state_dict(state)
+        with torch.no_grad():
+            for unit in self.units:
+                unit.shard.copy_(_flat(unit.params)[unit.lo:unit.hi])
 
     def set_replay(self, seconds: float, seed: int = 0) -> None:
         if self.stage == 3:

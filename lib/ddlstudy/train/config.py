@@ -248,6 +248,11 @@ def _check_straggler(config: TrainConfig) -> None:
                          f"{', '.join(strategy_names(framework=None))}")
 
 
+# Strategies whose workers each keep the optimizer state of their own shard only
+# (`Strategy.shards_optimizer`): a checkpoint cannot restore their momentum.
+SHARDS_OPTIMIZER = ("zero1", "zero2", "zero3", "fsdp")
+
+
 def _check_faults(config: TrainConfig) -> None:
     """checkpoint_every / fail_worker / fail_at_step: one line naming the bad value and the fix."""
     every, worker, at = config.checkpoint_every, config.fail_worker, config.fail_at_step
@@ -261,6 +266,13 @@ def _check_faults(config: TrainConfig) -> None:
         # the schedule's update counter lives in a hook on the engine, not in the checkpoint
         raise ValueError("checkpoints and fault injection do not carry the learning-rate "
                          "schedule yet: drop lr_scaling / lr_warmup_epochs, or the fault options")
+    if worker is not None and config.momentum and config.strategy in SHARDS_OPTIMIZER:
+        # a checkpoint holds worker 0's optimizer state, not every rank's shard of it; the
+        # restore refuses it (ddlstudy.train.rank._engine_restore), so an injected failure
+        # would end the run: refuse up front (checkpoints alone are written, a rerun refuses)
+        raise ValueError(f"fail_worker: checkpoints do not carry {config.strategy}'s sharded "
+                         "optimizer state (momentum), so the restart could not restore it: "
+                         "pass momentum 0 (plain SGD keeps no state)")
     if worker is None:
         return
     if not isinstance(worker, int) or not 0 <= worker < config.workers:

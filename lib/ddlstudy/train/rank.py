@@ -332,18 +332,36 @@ def _engine_state(run_id: str) -> dict[str, Any]:
     return state
 
 
+def _has_state(opt_state: dict[str, Any] | None) -> bool:
+    """An optimizer state dict that holds a tensor (SGD: a momentum buffer)."""
+    return bool(opt_state) and any(
+        isinstance(v, torch.Tensor) for st in opt_state.get("state", {}).values()
+        for v in st.values())
+
+
 def _engine_restore(run_id: str, engine: dict[str, Any]) -> int:
     """Load a checkpoint's engine states (worker 0's model and optimizer, each server's shard)
-    into this rank; the next step is the checkpoint's. Returns that step."""
+    into this rank; the next step is the checkpoint's. Returns that step.
+
+    The model goes into what the strategy trains (`Strategy.load_weights`: the sharded
+    strategies set their shards from it; loading only `module` left zero1-3 and fsdp on their
+    initial weights). Worker 0's optimizer state is every worker's where each holds the whole
+    model's; a strategy that shards it (`shards_optimizer`) restarts from an empty state, which
+    is exact only without momentum (plain SGD keeps none): with momentum the restore raises
+    (a rerun of a checkpointed run, a restart after a failure) rather than go on from a state
+    that differs; TrainConfig refuses fault injection for such a run up front."""
     run = _RUNS[run_id]
     strategy: Strategy = run["strategy"]
     config: TrainConfig = run["config"]
     worker, servers = engine["worker"], engine["servers"]
-    strategy.module.load_state_dict(worker["model"])
     step = int(worker["step"])
     opt = getattr(strategy, "opt", None)
+    if strategy.shards_optimizer and (config.momentum or _has_state(worker.get("opt"))):
+        raise RuntimeError(f"{strategy.name}: a checkpoint holds worker 0's optimizer state, "
+                           "not each rank's shard of it (momentum); restore needs momentum 0")
+    strategy.load_weights(worker["model"])
     if strategy.is_worker:
-        if opt is not None and worker.get("opt") is not None:
+        if opt is not None and worker.get("opt") is not None and not strategy.shards_optimizer:
             opt.load_state_dict(worker["opt"])
         if hasattr(strategy, "versions"):
             strategy.versions = [int(s["version"]) for s in servers]
