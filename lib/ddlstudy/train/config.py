@@ -249,8 +249,9 @@ def _check_straggler(config: TrainConfig) -> None:
 
 
 # Strategies whose workers each keep the optimizer state of their own shard only
-# (`Strategy.shards_optimizer`): a checkpoint cannot restore their momentum.
-SHARDS_OPTIMIZER = ("zero1", "zero2", "zero3", "fsdp")
+# (`Strategy.shards_optimizer`; the registry's sharded step model): a checkpoint cannot restore
+# their momentum.
+SHARDS_OPTIMIZER = tuple(strategy_names(step_model="sharded_step"))
 
 
 def _check_faults(config: TrainConfig) -> None:
