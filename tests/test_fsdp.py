@@ -11,7 +11,7 @@ import torch
 from ddlstudy.cluster.engines import Cluster
 from ddlstudy.strategies import get_strategy
 from ddlstudy.train.trainer import TrainConfig, TrainResult, train
-from wire_probe import NETWORK, WcharCluster
+from wire_probe import one_step_chunks
 
 EXACT = dict(model="mlp", dataset="digits", dtype="float64", lr=0.3, momentum=0.9,
              weight_decay=1e-3, steps=4, warmup_steps=0, seed=5, eval=False, batch_size=8)
@@ -153,16 +153,9 @@ def test_fsdp_chunks_hold_the_steps_alone(cluster: Cluster) -> None:
     cfg = TrainConfig(**{**EXACT, "strategy": "fsdp", "workers": n, "steps": 3,
                          "warmup_steps": 1, "eval": True, "checkpoint_every": 1,
                          "model_kwargs": WIDE})
-    res = train(WcharCluster(cluster, n), cfg, progress=False, return_weights=True,
-                network=NETWORK)
-    assert (res.chunks["steps"] == 1).all() and len(res.chunks) == 3
-    step = res.steps.loc[res.steps["role"] == "worker", "bytes_sent"].mean()
-    psi = 8 * res.row["params"]
-    # 4 (p-1)/p Psi, padded (the output layer's dim 0 of 10 pads to 12: +1.4 %)
-    assert step == pytest.approx(4 * (n - 1) / n * psi, rel=0.02)
-    # before: step + the gather, 1.25x
-    assert res.row["wire_bytes_sent_per_step"] == pytest.approx(step, rel=0.01)
-    assert res.row["wire_bytes_sent_per_step"] >= step
+    # 4 (p-1)/p Psi, padded (the output layer's dim 0 of 10 pads to 12: +1.4 %); the wire
+    # before the gather left the chunk: step + the gather, 1.25x
+    res = one_step_chunks(cluster, cfg, 4, rel=0.02)
     ref = _run(cluster, strategy="single", workers=1, batch_size=n * 8, steps=3,
                warmup_steps=1, eval=True, model_kwargs=WIDE)
     assert (res.weights - ref.weights).abs().max().item() < 1e-10

@@ -17,7 +17,7 @@ from ddlstudy.collectives.shard import all_gather, reduce_scatter, shard_range
 from ddlstudy.collectives.transports import LocalTransport
 from ddlstudy.strategies import STRATEGIES, make_strategy
 from ddlstudy.train.trainer import TrainConfig, TrainResult, train
-from wire_probe import NETWORK, WcharCluster
+from wire_probe import one_step_chunks
 
 B = 8
 EXACT = dict(model="mlp", dataset="digits", dtype="float64", lr=0.3, momentum=0.9,
@@ -169,15 +169,8 @@ def test_zero3_chunks_hold_the_steps_alone(cluster: Cluster) -> None:
     cfg = TrainConfig(**{**EXACT, "strategy": "zero3", "workers": n, "batch_size": B,
                          "steps": 3, "warmup_steps": 1, "eval": True, "checkpoint_every": 1,
                          "model_kwargs": WIDE})
-    res = train(WcharCluster(cluster, n), cfg, progress=False, return_weights=True,
-                network=NETWORK)
-    assert (res.chunks["steps"] == 1).all() and len(res.chunks) == 3
-    step = res.steps.loc[res.steps["role"] == "worker", "bytes_sent"].mean()
-    psi = 8 * res.row["params"]
-    assert step == pytest.approx(3 * (n - 1) / n * psi, rel=0.01)
-    # before: step + the gather, 1.33x
-    assert res.row["wire_bytes_sent_per_step"] == pytest.approx(step, rel=0.01)
-    assert res.row["wire_bytes_sent_per_step"] >= step
+    # 3 (p-1)/p Psi; the wire before the gather left the chunk: step + the gather, 1.33x
+    res = one_step_chunks(cluster, cfg, 3, rel=0.01)
     ref = _run(cluster, strategy="single", workers=1, batch_size=n * B, steps=3, warmup_steps=1,
                eval=True, model_kwargs=WIDE)
     assert (res.weights - ref.weights).abs().max().item() < 1e-10

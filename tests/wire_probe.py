@@ -45,3 +45,24 @@ class WcharCluster:
 
 NETWORK = {"profile": "none", "scale": None, "latency_emulated": False,
            "note": "test: socket writes (wchar) stand in for the veth counters"}
+
+
+def one_step_chunks(cluster: Any, config: Any, ratio: float, rel: float) -> Any:
+    """Train `config` (3 timed steps, a checkpoint each: one step per chunk) with wchar as the
+    wire counters; assert each worker's counted bytes per step are `ratio` x Psi x (p-1)/p
+    (within `rel`) and that the wire saw the step alone (within 1 %, never less: nothing
+    outside the step, such as a model gather, may land in a chunk). Returns the TrainResult."""
+    import pytest
+
+    from ddlstudy.train.trainer import train
+
+    n = config.workers
+    res = train(WcharCluster(cluster, n), config, progress=False, return_weights=True,
+                network=NETWORK)
+    assert (res.chunks["steps"] == 1).all() and len(res.chunks) == 3
+    step = res.steps.loc[res.steps["role"] == "worker", "bytes_sent"].mean()
+    psi = 8 * res.row["params"]  # float64
+    assert step == pytest.approx(ratio * (n - 1) / n * psi, rel=rel)
+    assert res.row["wire_bytes_sent_per_step"] == pytest.approx(step, rel=0.01)
+    assert res.row["wire_bytes_sent_per_step"] >= step
+    return res
