@@ -168,9 +168,14 @@ def cell_identity(meta: dict[str, Any] | None) -> dict[str, Any]:
 
 def with_identity(df: pd.DataFrame, meta: dict[str, Any] | None) -> pd.DataFrame:
     """`df` (a run's summary rows) with the cell identity's columns it lacks (`network` is
-    the trainer's own column)."""
+    the trainer's own column), and the config's IDENTITY keys a summary written before they
+    were columns lacks, from the run's own params (`warmup_steps` before 2026-11-26's fourth
+    sitting): else a cell pooled across such sittings counts as two."""
     ident = cell_identity(meta)
-    return df.assign(**{k: v for k, v in ident.items() if k not in df})
+    params = (meta or {}).get("params") or {}
+    config = {k: params[k] for k in IDENTITY if k in params and not isinstance(
+        params[k], (dict, list))}
+    return df.assign(**{k: v for k, v in {**config, **ident}.items() if k not in df})
 
 
 IDENTITY = ("model", "strategy", "algorithm", "workers", "servers", "batch_size", "shape",
