@@ -43,3 +43,13 @@ def ci_report(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("report") / "ci"
     files = [str(ROOT / "params/default.yaml"), str(ROOT / "params/ci.yaml")]
     return files, out, run_report(files, str(out))
+
+
+@pytest.fixture
+def no_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty results/reference: a run without a chapter has nothing to fall back on."""
+    from ddlstudy.records import reference
+
+    root = tmp_path / "reference"
+    monkeypatch.setattr(reference, "reference_dir", lambda: root)
+    return root

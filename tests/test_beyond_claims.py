@@ -60,15 +60,6 @@ def test_too_few_runs_is_inconclusive(tmp_path: Path) -> None:
     assert row["reason"].startswith("inconclusive: 3 runs (needs 5)")
 
 
-@pytest.fixture
-def no_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty results/reference: a run without chapter 11 then has nothing to fall back on."""
-    from ddlstudy.records import reference
-
-    root = tmp_path / "reference"
-    monkeypatch.setattr(reference, "reference_dir", lambda: root)
-    return root
-
 
 def test_missing_chapter_or_strategy_says_what_to_run(tmp_path: Path, no_reference: Path
                                                       ) -> None:

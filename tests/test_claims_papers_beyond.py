@@ -59,15 +59,6 @@ def _comparison(tmp: Path, ratio: float, spread: list[float], fsdp_mode: str = "
     return tmp
 
 
-@pytest.fixture
-def no_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty results/reference: a run without the chapter has nothing to fall back on."""
-    from ddlstudy.records import reference
-
-    root = tmp_path / "reference"
-    monkeypatch.setattr(reference, "reference_dir", lambda: root)
-    return root
-
 
 # ------------------------------------------------------------------ Jiang 2020 (BytePS)
 @pytest.mark.parametrize(("ratio", "spread", "verdict"), [

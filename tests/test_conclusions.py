@@ -80,14 +80,6 @@ def test_only_folders_the_params_name_are_read(tmp_path: Path) -> None:
     assert _rows(t, "shi_ps_levels_off")["verdict"].eq("not measured").all()
 
 
-@pytest.fixture
-def no_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from ddlstudy.records import reference
-
-    root = tmp_path / "reference"
-    monkeypatch.setattr(reference, "reference_dir", lambda: root)
-    return root
-
 
 @pytest.mark.parametrize(("horovod", "tf", "want"), [
     (117.0, 100.0, "agrees"), (100.0, 100.0, "differs"), (300.0, 100.0, "differs")])
