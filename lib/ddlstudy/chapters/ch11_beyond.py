@@ -291,11 +291,8 @@ def straggler_accuracy(S: Beyond) -> pd.DataFrame:
                        data_root=engine_data_root(S.P), verify_data=S.P.data.verify).validate()
     cells = st.cells(base, B.tta_arms, [B.tta_workers], [1.0], rank=B.straggler_rank,
                      delay_s=B.tta_delay_s)
-    groups: dict[int, list[Any]] = {}  # ranks per node (hierarchical: 2) set per cluster
-    for arm, config in cells:
-        groups.setdefault(arm.gpus_per_node, []).append((arm, config))
     frames = []
-    for part in groups.values():
+    for part in st.by_ranks_per_node(cells).values():  # hierarchical: a cluster of its own
         with grid.emulated_cluster("none", grid.engines_needed([c for _, c in part]),
                                    start_timeout_s=S.P.cluster.start_timeout_s,
                                    collective_timeout_s=B.timeout_s) as cluster:

@@ -109,16 +109,23 @@ def run_cells(cluster: Any, arm_configs: Sequence[tuple[Arm, TrainConfig]], out:
     return table(summary, arm_configs, out, repeats, gpn)
 
 
+def by_ranks_per_node(arm_configs: Sequence[tuple[Arm, TrainConfig]]
+                      ) -> dict[int, list[tuple[Arm, TrainConfig]]]:
+    """The cells grouped by their arm's ranks per node, in order: each group needs a cluster
+    of its own (`run_cells` sets one ranks-per-node on local engines)."""
+    groups: dict[int, list[tuple[Arm, TrainConfig]]] = {}
+    for arm, config in arm_configs:
+        groups.setdefault(arm.gpus_per_node, []).append((arm, config))
+    return groups
+
+
 def run(arm_configs: Sequence[tuple[Arm, TrainConfig]], out: str | Path, network: str = "none",
         scale: float | None = None, repeats: int = 1, offload_off: bool = False,
         **cluster_kwargs: Any) -> pd.DataFrame:
     """Every cell, one cluster per ranks-per-node group (emulated links when `network` names a
     profile, else local engines); the tidy table of all of them."""
     frames = []
-    groups: dict[int, list[tuple[Arm, TrainConfig]]] = {}
-    for arm, config in arm_configs:
-        groups.setdefault(arm.gpus_per_node, []).append((arm, config))
-    for gpn, part in groups.items():
+    for gpn, part in by_ranks_per_node(arm_configs).items():
         engines = grid.engines_needed([c for _, c in part])
         node_kw = {"gpus_per_node": gpn} if network != "none" else {}
         with grid.emulated_cluster(network, engines, scale, offload_off=offload_off,
