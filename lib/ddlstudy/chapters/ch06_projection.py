@@ -54,7 +54,7 @@ def setup(P: Any, run_dir: str | Path | None, **overrides: Any) -> Projection:
     dirs = [Path(d) if Path(d).is_absolute() else root / d for d in J.records]
     if run_dir:
         dirs.append(Path(run_dir))
-    V = costmodel.validation_for(dirs)
+    V = costmodel.with_published(costmodel.validation_for(dirs))
     what = dict(replay_source=J.replay_source, compute_scale=J.compute_scale,
                 latency_s=J.latency_s, algorithm=J.algorithm)
     return Projection(P, J, out, dirs, V, V.cluster_constants(), what)
@@ -67,9 +67,25 @@ def describe(S: Projection) -> str:
         S.label,
         "validated on: " + (", ".join(str(d) for d in S.dirs if d.exists())
                             or "nothing (no folder)"),
+        extrapolation(S),
         f"constants (cluster-equivalent): link_factor {C.link_factor:.3f}, "
         f"host {C.host_s_per_byte * 1e12:.3f} ps/B, {C.host_s_per_message * 1e6:.1f} us per "
         f"message, overhead {C.overhead_s * 1e3:.2f} ms"])
+
+
+def extrapolation(S: Projection) -> str:
+    """How far the projections reach beyond what validated the model: the emulated cells'
+    worker range and the published multi-node points' GPU count, against the largest projected
+    count."""
+    V, J = S.V, S.J
+    top = max([*J.workers, *J.scaling_workers])
+    cells = (f"emulated cells of {int(V.table['workers'].min())}-{int(V.table['workers'].max())} "
+             f"workers" if V.n_cells else "no emulated cell")
+    pub = (f"published multi-node points up to {V.published_max_gpus} GPUs "
+           f"({V.published_error:.0%} median error on {V.published_points} points from "
+           f"{V.published_sources} sources)" if V.published_points else "no published point")
+    return (f"validated range: {cells}; {pub}. Projections reach {top} workers: beyond those "
+            f"counts they extrapolate.")
 
 
 def validation(S: Projection) -> pd.DataFrame | Markdown:

@@ -42,10 +42,13 @@ from ddlstudy.analysis.costmodel.cells import (
 from ddlstudy.analysis.costmodel.checks import (
     FIT_CONFIGURATION,
     held_out_by_configuration,
+    multi_node,
+    placement_of,
     predict_point,
     predict_published,
     published_summary,
     settings_alone,
+    with_published,
 )
 from ddlstudy.analysis.costmodel.cli import main
 from ddlstudy.analysis.costmodel.contention import load_sensitivity, repeat_table
@@ -87,9 +90,11 @@ from ddlstudy.analysis.costmodel.step import (
     profile_link,
     project_step,
     ps_step,
+    server_shares,
     sharded_step,
     sharded_traffic,
     unmodelled,
+    variable_placement,
 )
 
 __all__ = [
@@ -108,5 +113,6 @@ __all__ = [
     "sharded_step", "sharded_traffic", "winners_map",
     "read_link_bench", "regime_map", "ring_and_best_ps", "settings_alone", "split_cells",
     "terms", "unmodelled", "validate", "validate_collectives", "validation_for",
-    "validation_summary",
+    "validation_summary", "multi_node", "placement_of", "server_shares", "variable_placement",
+    "with_published",
 ]

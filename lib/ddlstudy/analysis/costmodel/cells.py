@@ -278,6 +278,11 @@ class Validation:
     n_cells: int
     scale: float
     note: str
+    # the published multi-node check (`checks.with_published`); NaN / 0 until filled
+    published_error: float = math.nan
+    published_points: int = 0
+    published_sources: int = 0
+    published_max_gpus: int = 0
 
     def cluster_constants(self) -> Constants:
         """The constants for a real cluster, in its seconds: the link factor as fitted, the host
@@ -290,11 +295,14 @@ class Validation:
 
     @property
     def label(self) -> str:
-        """'projected (model validated to X % on N cells)', or why it is not."""
+        """'projected (model validated to X % on N cells[; Y % against K published multi-node
+        measurements])', or why it is not."""
+        published = (f"; {self.published_error:.0%} against {self.published_points} published "
+                     f"multi-node measurements" if self.published_points else "")
         if self.n_cells == 0:
-            return f"projected (model not validated: {self.note})"
+            return f"projected (model not validated: {self.note}{published})"
         return (f"projected (model validated to {self.median_error:.1%} median relative error on "
-                f"{self.n_cells} held-out cells)")
+                f"{self.n_cells} held-out cells{published})")
 
 
 def validation_for(dirs: Sequence[str | Path]) -> Validation:

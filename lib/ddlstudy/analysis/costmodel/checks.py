@@ -6,7 +6,9 @@
 (b) `predict_published`: published scaling / throughput points (testbeds/published.csv) predicted
     from their testbed's compute and links alone: nothing is fitted on them, and the emulator's
     host constants are not carried over (they describe the emulator's Python host, not these
-    clusters): `SETTINGS_ALONE`;
+    clusters): `SETTINGS_ALONE`. Its headline error counts the multi-node points only (the
+    inter-node tier, what the study's comparison and projections are about); the single-node
+    points, which test the intra-node tier and mostly compute-bound scaling, are reported apart;
 (c) `settings_alone`: the emulated cells predicted with every fitted constant at zero (link
     factor 1): what the configuration alone predicts, so the reader sees what the fit adds.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,7 @@ import pandas as pd
 import ddlstudy.analysis.costmodel.step as _step
 from ddlstudy.analysis.costmodel.cells import (
     RecordsError,
+    Validation,
     _cell_step,
     _usable,
     cell_gpus_per_node,
@@ -36,6 +40,7 @@ from ddlstudy.analysis.costmodel.step import (
     SETTINGS_ALONE,
     Constants,
     Link,
+    StepTime,
     Tiers,
     predict_step,
 )
@@ -183,13 +188,30 @@ def _compute(point: catalog.PublishedPoint, testbed: str | None) -> tuple[float 
     return None, "no single-GPU step time"
 
 
+def _ps_servers(point: catalog.PublishedPoint) -> int:
+    """Parameter servers of a multi-node PS point: the count its notes state ("parameter
+    servers: S"), else one per node (tf_cnn_benchmarks' co-located launch)."""
+    m = re.search(r"parameter servers: (\d+)", point.notes)
+    return int(m.group(1)) if m else point.nodes
+
+
+def placement_of(point: catalog.PublishedPoint) -> str:
+    """How the point's parameter servers split the model: TensorFlow places whole variables
+    ("variable"), the rest split bytes evenly ("even")."""
+    return "variable" if "TensorFlow" in point.framework else "even"
+
+
 def predict_point(point: catalog.PublishedPoint, c: Constants = SETTINGS_ALONE,
                   sizes: Sequence[int] | None = None) -> dict[str, Any]:
     """One published point predicted from its testbed's settings (analytic). Allreduce points:
     a flat ring over every GPU (NCCL's and Horovod's default then), buckets of 25 MiB overlapped
     with backward; PS points: TensorFlow's per-variable pushes during backward (the overlapped
-    PS), one server per node co-located with the workers (tf_cnn_benchmarks' launch), or in one
-    node the host CPU as the one server behind the GPUs' PCIe links."""
+    PS), each variable whole on one server (`step.variable_placement`, TensorFlow's greedy
+    placement), one server per node co-located with the workers (tf_cnn_benchmarks' launch; or
+    the count the point's notes state), or in one node the host CPU as the one server behind
+    the GPUs' PCIe links. distributed_replicated points: each node first sums its GPUs'
+    gradients over the intra-node link (a ring, its time beyond backward added), then pushes
+    once for the node."""
     tb = _testbed_of(point)
     row: dict[str, Any] = {"point_id": point.point_id, "source": point.source_key,
                            "citation": point.citation.split(",")[0], "model": point.study_model,
@@ -201,7 +223,10 @@ def predict_point(point: catalog.PublishedPoint, c: Constants = SETTINGS_ALONE,
     intra, intra_why = _intra(point)
     nodes = point.nodes
     inter, inter_why = _inter(point, tb) if nodes > 1 else (None, "one node")
-    why = [compute_why, intra_why if point.gpus > 1 else "", inter_why]
+    placement = placement_of(point)
+    why = [compute_why, intra_why if point.gpus > 1 else "", inter_why,
+           "whole variables per server (TensorFlow's placement)"
+           if point.strategy == "ps" and nodes > 1 and placement == "variable" else ""]
     row["settings"] = "; ".join(w for w in why if w)
     if compute is None or (nodes > 1 and inter is None) or (point.gpus > 1 and intra is None):
         row["skipped"] = next(w for w, ok in ((compute_why, compute is not None),
@@ -219,10 +244,18 @@ def predict_point(point: catalog.PublishedPoint, c: Constants = SETTINGS_ALONE,
     elif nodes == 1:  # parameters on the host CPU: each GPU's PCIe link, one server behind one
         step = predict_step("ps_sync", point.study_model, point.gpus, intra, compute, c,
                             servers=1, sizes=sizes, ps_overlap=True)
+    elif "distributed_replicated" in point.framework:  # local sum, then one push per node
+        local = predict_step("allreduce", point.study_model, k, intra, compute, c,
+                             algorithm="ring", sizes=sizes)
+        step = predict_step("ps_sync", point.study_model, nodes, inter, compute, c,
+                            servers=_ps_servers(point), sizes=sizes, ps_overlap=True,
+                            colocated=True, placement=placement)
+        exposed = max(0.0, local.total(c) - compute)  # the local sum's time beyond backward
+        step = step + StepTime(exposed, 0.0, 0.0, 0.0)
     else:
         step = predict_step("ps_sync", point.study_model, point.gpus, inter, compute, c,
-                            servers=nodes, sizes=sizes, tiers=Tiers(k, intra),
-                            ps_overlap=True, colocated=True)
+                            servers=_ps_servers(point), sizes=sizes, tiers=Tiers(k, intra),
+                            ps_overlap=True, colocated=True, placement=placement)
     seconds = step.total(c)
     if point.metric == "images_per_sec":
         pred = point.gpus * point.batch_per_gpu / seconds
@@ -240,7 +273,26 @@ def predict_published(points: Sequence[catalog.PublishedPoint] | None = None,
     return pd.DataFrame([predict_point(p, c) for p in pts])
 
 
-def published_summary(table: pd.DataFrame) -> tuple[float, int, int]:
-    """(median |relative error| over the predicted points, points, sources)."""
+def multi_node(table: pd.DataFrame) -> pd.Series:
+    """Rows of a `predict_published` table whose GPUs span several nodes."""
+    return table["gpus"] > table["gpus_per_node"]
+
+
+def published_summary(table: pd.DataFrame, multi_node_only: bool = True
+                      ) -> tuple[float, int, int]:
+    """(median |relative error| over the predicted points, points, sources): the multi-node
+    points (default) or all."""
     done = table[table["predicted"].notna()]
+    if multi_node_only:
+        done = done[multi_node(done)]
     return _median_abs(done["rel_error"]), len(done), int(done["source"].nunique())
+
+
+def with_published(v: Validation) -> Validation:
+    """`v` with the published multi-node check's error beside the emulated cells' (what a
+    projection's label states)."""
+    table = predict_published()
+    med, n, s = published_summary(table)
+    top = int(table[multi_node(table) & table["predicted"].notna()]["gpus"].max()) if n else 0
+    return replace(v, published_error=med, published_points=n, published_sources=s,
+                   published_max_gpus=top)

@@ -5,8 +5,9 @@
 
 `validate DIR...` prints (1) the emulated cells predicted with constants fitted on one
 configuration and held out on the others, per held-out group, (2) the published points predicted
-from their testbeds' settings alone, each with its source, (3) the cells with no fitted constant,
-and ends with exactly three lines:
+from their testbeds' settings alone, each with its source (the headline counts the multi-node
+points: the inter-node tier; the single-node points are summarised apart), (3) the cells with
+no fitted constant, and ends with exactly three lines:
 
     median relative error (held out by configuration): 0.NN
     median relative error (published, N points, S sources): 0.NN
@@ -25,6 +26,7 @@ import pandas as pd
 from ddlstudy.analysis.costmodel.cells import RecordsError, _usable, read_cells
 from ddlstudy.analysis.costmodel.checks import (
     held_out_by_configuration,
+    multi_node,
     predict_published,
     published_summary,
     settings_alone,
@@ -79,7 +81,8 @@ def _validate(dirs: list[str]) -> int:
     med_pub, n_pub, s_pub = published_summary(pub)
     print("# (b) published points (testbeds/published.csv), predicted from each point's testbed "
           "compute and links alone (analytic; nothing fitted, no host constants); metric: "
-          "images_per_sec (total) or scaling_efficiency")
+          "images_per_sec (total) or scaling_efficiency; the last line's median counts the "
+          "multi-node points (the inter-node tier), the single-node ones are summarised apart")
     for r in pub.itertuples():
         if r.skipped:
             print(f"  {r.point_id}: not predicted ({r.skipped}) [{r.citation}]")
@@ -90,7 +93,10 @@ def _validate(dirs: list[str]) -> int:
         print(f"#   {src}: {len(part)} points, median relative error "
               f"{part['rel_error'].abs().median():.3f}")
     done = pub[pub["predicted"].notna()]
-    multi = done["gpus"] > done["gpus_per_node"]
+    multi = multi_node(done)
+    for src, part in done[multi].groupby("source"):
+        print(f"#   {src}, multi-node: {len(part)} points, median relative error "
+              f"{part['rel_error'].abs().median():.3f} (signed {part['rel_error'].median():+.2f})")
     for label, part in (("multi-node points (inter-node tier)", done[multi]),
                         ("single-node points (intra-node tier only)", done[~multi])):
         print(f"#   {label}: {len(part)} points, median relative error "

@@ -342,21 +342,64 @@ def allreduce_step(sizes: Sequence[int], n: int, link: Link, compute_s: float, c
     return replace(path, host_bytes=path.host_bytes + 2 * model_bytes)
 
 
+def variable_placement(sizes: Sequence[int], servers: int) -> tuple[int, ...]:
+    """Server of each gradient (registration order) when a framework places whole variables:
+    each on the server least loaded so far by bytes, ties to the lowest index (tf_cnn_benchmarks'
+    ParamServerDeviceSetter and TF's GreedyLoadBalancingStrategy with byte_size_load_fn). A
+    large variable lands whole on one server: VGG16's first fully connected layer (103 M
+    parameters, 74 % of the model) makes its server the busiest whatever S is."""
+    return _variable_placement(tuple(sizes), servers)
+
+
+@functools.lru_cache(maxsize=64)
+def _variable_placement(sizes: tuple[int, ...], servers: int) -> tuple[int, ...]:
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    load = [0] * servers
+    out = []
+    for nbytes in sizes:
+        j = min(range(servers), key=lambda i: (load[i], i))
+        load[j] += nbytes
+        out.append(j)
+    return tuple(out)
+
+
+def server_shares(sizes: Sequence[int], servers: int, placement: str = "even",
+                  members: Sequence[int] | None = None) -> list[float]:
+    """Bytes of the gradients `members` (indices into `sizes`, registration order; default all)
+    each server owns. placement "even": every server 1/S of each byte (the study's PS splits the
+    flat gradient); "variable": whole variables as `variable_placement` puts them."""
+    idx = range(len(sizes)) if members is None else members
+    if placement == "even":
+        return [sum(sizes[i] for i in idx) / servers] * servers
+    if placement != "variable":
+        raise ValueError(f"unknown placement {placement!r}; valid: even, variable")
+    where = variable_placement(sizes, servers)
+    shares = [0.0] * servers
+    for i in idx:
+        shares[where[i]] += sizes[i]
+    return shares
+
+
 def _ps_phase(bucket: float, n: int, servers: int, link: Link, tiers: Tiers,
-              colocated: bool, duplex: bool = False) -> float:
+              colocated: bool, duplex: bool = False,
+              shares: Sequence[float] | None = None) -> float:
     """Seconds per byte-direction of one push (or pull) of `bucket` bytes by every worker: the
-    busiest link direction. Separate servers: a server's link carries N x bucket/S (incast), a
+    busiest link direction. Separate servers: a server's link carries N x its share (incast), a
     worker node's NIC k x bucket. Co-located (one server on each of the first S worker nodes):
-    a hosting node receives (N - k) x bucket/S from the other nodes' workers and sends its own
-    k workers' k x bucket x (1 - 1/S); a node without a server sends k x bucket. duplex: the
+    a hosting node receives (N - k) x its servers' share from the other nodes' workers and
+    sends its own k workers' k x (bucket - that share); a node without a server sends k x
+    bucket. shares: bytes of the bucket each server owns (default bucket/S each). duplex: the
     busiest direction's reverse carries data meanwhile (`Link.beta_duplex`)."""
     nodes = tiers.nodes(n)
-    shard = bucket / servers
+    shares = [bucket / servers] * servers if shares is None else list(shares)
+    if len(shares) != servers:
+        raise ValueError(f"{len(shares)} shares for {servers} servers")
     if not colocated:
-        busiest = max(n * shard, max(nodes) * bucket)
+        busiest = max(n * max(shares), max(nodes) * bucket)
     else:
-        # servers per node: one per worker when S = N (a node of k workers serves k/N of the
-        # model), else one on each of the first S nodes
+        # servers per node: one per worker when S = N (a node of k workers hosts k servers),
+        # else one on each of the first S nodes
         if servers == n:
             hosted = list(nodes)
         elif servers <= len(nodes):
@@ -364,30 +407,35 @@ def _ps_phase(bucket: float, n: int, servers: int, link: Link, tiers: Tiers,
         else:
             raise ValueError(f"{servers} co-located servers need {servers} nodes (or one per "
                              f"worker, S = N = {n}), have {len(nodes)}")
-        busiest = max(max((n - k) * s * shard, k * (bucket - s * shard))
-                      for k, s in zip(nodes, hosted, strict=True))
+        busiest, first = 0.0, 0
+        for k, s in zip(nodes, hosted, strict=True):
+            own = sum(shares[first:first + s])
+            first += s
+            busiest = max(busiest, (n - k) * own, k * (bucket - own))
     return busiest * (link.beta_duplex if duplex else link.beta)
 
 
 def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: float,
             c: Constants, sync: bool = True, *, overlap: bool = False, colocated: bool = False,
-            bucket_mb: float = 25.0, tiers: Tiers = FLAT) -> StepTime:
-    """Parameter server, S servers each owning 1/S of the model. Sync: every worker pushes
-    after backward (the thesis's naive PS), each server's link carries N x model/S in and then
-    N x model/S out (incast; a worker's own link the whole model each way), the server sums N
-    shards and steps; a worker sends one push and one pull message per server (2S latencies).
-    overlap=True: per-bucket push during backward, pulls pipelined behind the pushes.
-    Async: each server serves one worker at a time, so a worker's step is the longer of its own
-    cycle and a server's turn round all N workers."""
+            bucket_mb: float = 25.0, tiers: Tiers = FLAT, placement: str = "even") -> StepTime:
+    """Parameter server, S servers each owning 1/S of the model (placement "even", the study's
+    PS) or whole variables (placement "variable", TensorFlow's: `variable_placement`). Sync:
+    every worker pushes after backward (the thesis's naive PS), each server's link carries
+    N x its share in and then N x its share out (incast; a worker's own link the whole model
+    each way), the server sums N shards and steps; a worker sends one push and one pull
+    message per server (2S latencies). overlap=True: per-bucket push during backward, pulls
+    pipelined behind the pushes. Async: each server serves one worker at a time, so a worker's
+    step is the longer of its own cycle and a server's turn round all N workers."""
     m = float(sum(sizes))
-    shard = m / servers
+    totals = server_shares(sizes, servers, placement)
+    shard = max(totals)  # the busiest server's bytes
     worker_host = 2 * m  # pack gradients, copy new weights in
     server_host = n * shard + shard  # sum N gradient shards, SGD on the shard
     if sync and overlap:
         return _ps_overlapped(sizes, n, servers, link, compute_s, c, colocated, bucket_mb,
-                              tiers)
+                              tiers, placement)
     if sync:
-        wire = 2 * _ps_phase(m, n, servers, link, tiers, colocated)
+        wire = 2 * _ps_phase(m, n, servers, link, tiers, colocated, shares=totals)
         return StepTime(compute_s, 2 * servers * link.latency_s, wire,
                         worker_host + server_host, 2 * servers)
     own = StepTime(compute_s, 2 * servers * link.latency_s, 2 * m * link.beta,
@@ -398,7 +446,8 @@ def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: f
 
 
 def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: float,
-                   c: Constants, colocated: bool, bucket_mb: float, tiers: Tiers) -> StepTime:
+                   c: Constants, colocated: bool, bucket_mb: float, tiers: Tiers,
+                   placement: str = "even") -> StepTime:
     """Per-bucket push when the bucket's gradients exist, the servers reduce it, its pull runs
     on the other direction of the links while later buckets push (two chains: separate servers
     receive pushes and send pulls on different directions). Co-located servers use both
@@ -406,7 +455,8 @@ def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compu
     chain. The critical path is whichever chain of (start, latencies, bytes, host work) ends
     last. Both directions of the busiest NIC carry data (`Link.beta_duplex`) in every phase
     but, with separate servers, the first bucket's push (no pull yet) and the last bucket's
-    pull (every push done)."""
+    pull (every push done). placement "variable": each bucket's bytes go to the servers its
+    variables sit on (`server_shares`), so a bucket of one large variable loads one server."""
     m = float(sum(sizes))
     forward = compute_s * (1 - BACKWARD_SHARE)
     count = len(sizes)
@@ -414,13 +464,18 @@ def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compu
     push_end, push_path = 0.0, ZERO
     pull_end, pull_path = 0.0, ZERO
     layout = bucket_layout(sizes, bucket_mb)
+    first = 0
     for i, (nbytes, last) in enumerate(layout):
+        # this bucket's gradients, backward order first..last -> registration indices
+        members = [count - 1 - j for j in range(first, last + 1)]
+        first = last + 1
+        shares = server_shares(sizes, servers, placement, members)
         ready = forward + compute_s * BACKWARD_SHARE * (last + 1) / count
-        push_wire = _ps_phase(nbytes, n, servers, link, tiers, colocated, colocated or i > 0)
+        push_wire = _ps_phase(nbytes, n, servers, link, tiers, colocated, colocated or i > 0,
+                              shares)
         pull_wire = _ps_phase(nbytes, n, servers, link, tiers, colocated,
-                              colocated or i < len(layout) - 1)
-        push = StepTime(0.0, servers * link.latency_s, push_wire, n * nbytes / servers,
-                        servers)
+                              colocated or i < len(layout) - 1, shares)
+        push = StepTime(0.0, servers * link.latency_s, push_wire, n * max(shares), servers)
         pull = StepTime(0.0, servers * link.latency_s, pull_wire, 0.0, servers)
         push_path = (replace(push, compute_s=ready) if ready >= push_end
                      else push_path + push)
@@ -431,10 +486,10 @@ def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compu
             push_end, push_path = pull_end, pull_path
     path = pull_path if pull_end > compute_s else StepTime(compute_s, 0.0, 0.0, 0.0, 0.0)
     # then unpack the pulled weights and step: the worker's 2 x model bytes, the servers' SGD
-    return replace(path, host_bytes=path.host_bytes + 2 * m + m / servers)
+    return replace(path, host_bytes=path.host_bytes + 2 * m
+                   + max(server_shares(sizes, servers, placement)))
 
 
-@functools.lru_cache(maxsize=64)
 def module_bytes(model: str, shape: str = "cifar") -> tuple[int, ...]:
     """Bytes of each module's own float32 parameters (modules holding any), in registration
     order: ZeRO-3's and FSDP's units (built on the meta device)."""
@@ -496,13 +551,16 @@ def predict_step(strategy: str, model: str, workers: int, link: Link, compute_s:
                  algorithm: str = "ring_pipelined", bucket_mb: float = 25.0,
                  overlap: bool = True, shape: str = "cifar",
                  sizes: Sequence[int] | None = None, tiers: Tiers = FLAT,
-                 ps_overlap: bool = False, colocated: bool = False) -> StepTime:
+                 ps_overlap: bool = False, colocated: bool = False,
+                 placement: str = "even") -> StepTime:
     """One step of `strategy` on `workers` workers: compute_s of forward + backward per worker
     (the replay table's time, in this clock), gradients of `model` (or explicit `sizes`).
 
     link: each node's NIC(s); tiers: GPUs per node and the intra-node link (default: one GPU
     per node). PS strategies: ps_overlap (per-bucket push/pull overlapped with backward) and
-    colocated (servers on worker nodes) pick the fair PS; the defaults are the thesis's."""
+    colocated (servers on worker nodes) pick the fair PS; the defaults are the thesis's.
+    placement: how PS servers split the model ("even", the study's; "variable", TensorFlow's
+    whole variables)."""
     if strategy not in STEP_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(STEP_STRATEGIES)}")
     if workers < 1:
@@ -527,7 +585,7 @@ def predict_step(strategy: str, model: str, workers: int, link: Link, compute_s:
                               overlap or not aware, tiers)
     s = servers_for(strategy, servers)
     return ps_step(sizes, workers, s, link, compute_s, c, sync=spec.sync, overlap=ps_overlap,
-                   colocated=colocated, bucket_mb=bucket_mb, tiers=tiers)
+                   colocated=colocated, bucket_mb=bucket_mb, tiers=tiers, placement=placement)
 
 
 def project_step(strategy: str, model: str, workers: int, profile: str, compute_s: float,
