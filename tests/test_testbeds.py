@@ -265,3 +265,15 @@ def test_chapter03_runs_its_grid_on_a_named_testbed(own_profiles):
     with pytest.raises(ValueError, match="no compute row for model 'vgg19'"):
         StudyParams.model_validate({"network": {"chapter03_testbed": "shi2019",
                                                 "chapter03_models": ["vgg19"]}})
+
+
+def test_claim_rows_name_the_rate_the_emulator_shaped():
+    """Wang (NCHC)'s IB nodes have 4 x 100 Gb/s HCAs, but the testbed names the IB-EDR profile
+    (one 100 Gb/s port), which is what its cells were shaped to: the label says 100 Gb/s and
+    that one port was emulated, never the 400 Gb/s node total."""
+    from ddlstudy import claims
+
+    ib = claims.emulated_testbed_label("wang_nchc_ib")
+    assert "100 Gb/s links (IB-EDR: one of its 4 x 100 Gb/s ports per node)" in ib
+    assert "400" not in ib
+    assert "2 Gb/s links, 1 GPU(s) per node" in claims.emulated_testbed_label("shi2019")

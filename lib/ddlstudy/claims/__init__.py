@@ -19,6 +19,7 @@ from ddlstudy.claims.base import (
     Measurement,
     Records,
     by_testbed,
+    emulated_testbed_label,
     host_or_emulated,
     per_run,
     runs,
@@ -29,4 +30,5 @@ from ddlstudy.claims.registry import register_claim
 
 __all__ = ["EMULATED_03", "NOT_MEASURED", "REPRODUCTION", "SET_BY_CONFIG", "TESTBED_EMULATED",
            "TESTBED_HOST", "TESTBED_NONE", "UPDATE", "Claim", "Measurement", "Records",
-           "by_testbed", "host_or_emulated", "per_run", "register_claim", "runs", "side", "values"]
+           "by_testbed", "emulated_testbed_label",
+           "host_or_emulated", "per_run", "register_claim", "runs", "side", "values"]

@@ -33,6 +33,25 @@ TESTBED_NONE = "none: not measured"
 # Chapter 99's two columns (issue 21): a claim decided on the paper's own testbed (the
 # reproduction) and on today's hardware (the update: the H100 replayed, or a 'today' testbed).
 REPRODUCTION, UPDATE = "reproduction", "update"
+
+
+def emulated_testbed_label(name: str) -> str:
+    """The `testbed` a claim row names for cells emulated on catalog testbed `name`: device,
+    the rate per node the emulator shaped (the study profile the testbed names, else its own
+    node rate) and GPUs per node. Where the testbed's node has more than the profile's one port
+    (Wang (NCHC)'s 4 x 100 Gb/s HCAs), the label says one was emulated."""
+    from ddlstudy.network.profiles import PROFILES
+    from ddlstudy.testbeds import catalog, emulation
+
+    tb = catalog.testbed(name)
+    link = tb.inter_node
+    rate = PROFILES[emulation.profile_for(name)].rate_bps
+    links = f"{rate / 1e9:g} Gb/s links"
+    if link.profile and link.node_rate_bps and abs(link.node_rate_bps - rate) > 1:
+        links += (f" ({link.profile}: one of its {link.nics_per_node} x "
+                  f"{float(link.rate_bps or 0) / 1e9:g} Gb/s ports per node)")
+    return (f"emulated testbed {name}: {tb.device.value} replayed, {links}, "
+            f"{tb.gpus_per_node.value} GPU(s) per node")
 NOT_MEASURED, SET_BY_CONFIG = "not measured", "set by configuration"
 KINDS = ("direction", "equivalence", "magnitude")
 

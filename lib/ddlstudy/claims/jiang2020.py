@@ -55,13 +55,7 @@ def _testbed(name: str, chapter: str) -> str:
         return claims.TESTBED_HOST
     if name in ("", "none", "nan"):
         return claims.TESTBED_EMULATED
-    from ddlstudy.testbeds import catalog
-
-    tb = catalog.testbed(name)
-    link = tb.inter_node
-    rate = f"{link.node_rate_bps / 1e9:g} Gb/s" if link.node_rate_bps else link.kind
-    return (f"emulated testbed {name}: {tb.device.value} replayed, {rate} links, "
-            f"{tb.gpus_per_node.value} GPU(s) per node")
+    return claims.emulated_testbed_label(name)
 
 
 def _sections(rec: Records) -> list[tuple[str, str, pd.DataFrame]]:

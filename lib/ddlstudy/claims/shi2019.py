@@ -32,12 +32,9 @@ def _testbed_label(name: str) -> tuple[str, str]:
     from ddlstudy.testbeds import catalog
 
     tb = catalog.testbed(name)
-    link = tb.inter_node
-    rate = f"{link.node_rate_bps / 1e9:g} Gb/s" if link.node_rate_bps else link.kind
     column = (claims.REPRODUCTION if tb.paper == PAPER
               else claims.UPDATE if tb.paper == "today" else "")
-    return (f"emulated testbed {name}: {tb.device.value} replayed, {rate} links, "
-            f"{tb.gpus_per_node.value} GPU(s) per node", column)
+    return claims.emulated_testbed_label(name), column
 
 
 def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str, str]]:
