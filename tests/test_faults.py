@@ -231,3 +231,43 @@ def test_signal_to_report_mid_chapter_then_rerun(sig: signal.Signals, times: int
     stdout, err = rerun.communicate(timeout=900)
     assert rerun.returncode == 0 and "0 failed" in stdout, stdout + err[-3000:]
     assert _alive_of(record) == [] and not folder.exists()  # SIGKILL's orphans: cleaned up
+
+
+def test_a_killed_kernels_cluster_is_stopped_by_the_runner(tmp_path: Path,
+                                                            repo_root: Path) -> None:
+    """The OOM killer (here: SIGKILL) ends a chapter's kernel while its cluster runs: the
+    runner names the failure and stops the engines, nannies and controller the kernel left,
+    before its next chapter or its exit, even when no later chapter starts a cluster (a later
+    cluster start would have cleaned them; this run starts none)."""
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("run_id: faults\nreport:\n  chapters: [01_cluster_setup]\n")
+    out = tmp_path / "out"
+    proc = _report(out, tiny, repo_root)
+    try:
+        found = None
+        deadline = time.monotonic() + 400
+        while found is None and time.monotonic() < deadline:
+            for folder in cl.clusters_dir().glob("*"):
+                try:
+                    record = json.loads((folder / "pids.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                owners = [o["pid"] for o in record["owners"]]
+                if proc.pid in owners and record["rank_pids"]:
+                    found = (folder, record, [p for p in owners if p != proc.pid])
+            time.sleep(0.5)
+        assert found is not None, "chapter 01 never started its cluster"
+        folder, record, kernels = found
+        assert kernels and _alive_of(record), "no kernel or no engine to kill"
+        for pid in kernels:
+            os.kill(pid, signal.SIGKILL)
+        stdout, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = stdout + err
+    assert "01_cluster_setup: FAILED" in text, text[-3000:]
+    assert "01_cluster_setup: its dead kernel had left" in text, text[-3000:]
+    assert "Traceback" not in err
+    assert _alive_of(record) == [] and not folder.exists()

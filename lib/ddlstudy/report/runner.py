@@ -260,6 +260,9 @@ def _run_owned(params: StudyParams, params_files: list[str], run_dir: Path) -> R
             failures[job.name] = error
             tqdm.write(f"{job.name}: FAILED after {took}: {error} (executed copy: "
                        f"{run_dir / job.name}.ipynb)")
+            left = _stop_what_a_dead_kernel_left()
+            if left:
+                tqdm.write(f"{job.name}: {left}")
         else:
             tqdm.write(f"{job.name}: ran in {took}")
     index = render(run_dir, jobs, failures, skipped, params)
@@ -267,6 +270,23 @@ def _run_owned(params: StudyParams, params_files: list[str], run_dir: Path) -> R
     print(f"report: {index}  ({len(ran)} ran, {len(skipped)} reused, {len(failures)} failed"
           + (f": {', '.join(failures)}" if failures else "") + ")")
     return ReportResult(index, ran, sorted(skipped), failures)
+
+
+def _stop_what_a_dead_kernel_left() -> str:
+    """After a failed chapter: stop the clusters and remove the emulated networks whose owner
+    died (a kernel killed by a signal or the OOM killer leaves its engines, controller and
+    namespaces running; a later cluster start would clean them, but the run may start none).
+    Live runs' are never touched. '' when nothing was left, else one line saying what."""
+    from ddlstudy.cluster import engines as cluster
+    from ddlstudy.network.emulated import netem
+
+    stopped = cluster.cleanup()
+    links = netem.cleanup_all()
+    if not stopped and not links:
+        return ""
+    return (f"its dead kernel had left {stopped} processes"
+            + (f" and {len(links)} emulated-network objects" if links else "")
+            + ": stopped")
 
 
 def main(argv: list[str] | None = None) -> int:
