@@ -114,3 +114,24 @@ def test_a_chapter_grid_sends_remote_engines_a_relative_data_root(tmp_path, repo
     layer.write_text("cluster:\n  launcher: ssh\n  hosts: ['h0:2', 'h1:3']\n  ifname: lo\n"
                      "  controller_ip: 10.0.0.1\n")
     assert base_config(load_params(default, layer), "mlp").data_root == "data"
+
+
+def test_an_engine_that_died_between_calls_is_named_not_an_index_error() -> None:
+    """An engine killed while nothing waits on it (the OOM killer between two cells): the next
+    call names its rank, engine and pid in one RankFailed, even once the controller has dropped
+    it (ipyparallel alone raises IndexError 'No such engine: 0')."""
+    import signal
+    import time
+
+    with Cluster(workers=2, collective_timeout_s=60) as c:
+        victim = c.info()[0]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not c._unregistered(0) and time.monotonic() < deadline:  # the controller drops it
+            time.sleep(0.2)
+        assert c._unregistered(0), "the controller never dropped the killed engine"
+        named = f"rank 0 \\(engine {c.engine_ids[0]}, pid {victim}.*out of memory"
+        with pytest.raises(cl.RankFailed, match=named):
+            c.init_process_group(2)
+        with pytest.raises(cl.RankFailed, match=named):
+            c.run(time.sleep, 0)

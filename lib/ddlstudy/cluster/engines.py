@@ -595,6 +595,7 @@ class Cluster:
 
             backend = backend_for(self.infos[0]["device"])
         timeout_s = timeout_s or self.collective_timeout_s
+        self._raise_if_dead(world_size)
         self._groups += 1
         if self.run_dir is not None and not self.launch.is_remote:  # a file store, nothing listens
             init_method = f"file://{self.run_dir / f'store-{self._groups}'}"
@@ -618,6 +619,7 @@ class Cluster:
         """
         world_size = world_size or self.world_size or self.size
         timeout = timeout or self.collective_timeout_s + 30
+        self._raise_if_dead(world_size)
         pending = [self.client[eid].apply_async(fn, *args, **kwargs)
                    for eid in self.engine_ids[:world_size]]
         return self._wait_all(pending, timeout)
@@ -645,6 +647,15 @@ class Cluster:
                         "stuck; stop the cluster and check the other ranks' errors")
                 time.sleep(POLL_S)
         return [results[r] for r in range(len(pending))]
+
+    def _raise_if_dead(self, world: int) -> None:
+        """RankFailed naming the first of ranks 0..world-1 whose engine died between calls
+        (the OOM killer ends the largest process, often an engine, while nothing waits on it);
+        without this, addressing it fails inside ipyparallel ('No such engine: 0')."""
+        dead = self._dead_rank(world)
+        if dead is not None:
+            raise RankFailed(dead + "; if nothing killed it, the host may have run out of "
+                             "memory (fewer workers, or a smaller model)")
 
     def _engine_name(self, rank: int) -> str:
         info = self.infos[rank] if rank < len(self.infos) else {}
@@ -678,6 +689,7 @@ class Cluster:
                **kwargs: Any) -> list[Any]:
         """Start fn on ranks 0..world_size-1; `wait` collects (a fault-tolerant `run`)."""
         world_size = world_size or self.world_size or self.size
+        self._raise_if_dead(world_size)
         return [self.client[eid].apply_async(fn, *args, **kwargs)
                 for eid in self.engine_ids[:world_size]]
 
