@@ -43,7 +43,7 @@ NBVAL := DDLSTUDY_PARAMS=../params/default.yaml:../params/ci.yaml \
 	  --nbval-cell-timeout=900 --rootdir=. -o addopts="" .
 test: setup browser
 	$(VENV)/bin/ruff check lib tests notebooks/conftest.py
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 	@# beyond one machine, as root: 3 namespace hosts with sshd (ipyparallel's SSH launcher), a
 	@# one-node Slurm, Open MPI's mpiexec over ssh (the MPI launcher; the tests apt-get sshd, Slurm
 	@# and Open MPI); each skips with one line where it cannot start (not root, no packages)

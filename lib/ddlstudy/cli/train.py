@@ -87,7 +87,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, defaults: TrainConfig 
       "ps_sharded 2)")
     a("--batch-size", type=int, default=d.batch_size, help="per worker")
     a("--steps", type=int, default=d.steps, help="timed steps")
-    a("--warmup-steps", type=int, default=d.warmup_steps, help="untimed steps first")
+    a("--warmup-steps", type=int, default=d.warmup_steps,
+      help="untimed steps first (raised to the strategy's own minimum where it declares one: "
+      "PowerSGD's plain all-reduce steps)")
     a("--epochs", type=int, default=d.epochs, help="train this many epochs instead of --steps "
       "(test accuracy after each)")
     a("--no-eval", dest="eval", action="store_false", help="skip test accuracy")
