@@ -111,7 +111,8 @@ def test_testbeds_readme_states_the_headline_the_model_gives():
     from pathlib import Path
 
     text = (Path(catalog.__file__).parent / "README.md").read_text()
-    m = re.search(r"(\d+) points from (\d+) sources, median relative error (\d\.\d\d)", text)
+    m = re.search(r"(\d+)\s+points\s+from\s+(\d+)\s+sources,\s+median\s+relative\s+error\s+"
+                  r"(\d\.\d\d)", text)
     assert m, "README no longer states the headline"
     med, n, s = M.published_summary(M.predict_published())
     assert (int(m.group(1)), int(m.group(2)), m.group(3)) == (n, s, f"{med:.2f}")
