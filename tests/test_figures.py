@@ -214,6 +214,33 @@ def test_save_writes_caption_and_data(tmp_path: Path) -> None:
     assert len(pd.read_csv(path.with_suffix(".csv"))) == len(_summary())
 
 
+def test_save_never_replaces_a_chapters_table(tmp_path: Path) -> None:
+    """A figure named like a table the chapter wrote (chapter 00 saved its trial-0 drift figure
+    as `bracketing_drift`, and its data replaced the 5-trial table: the claim saw 1 run) is
+    refused; the figure's own earlier files (csv + json sidecar) are replaced on a re-run."""
+    table = tmp_path / "summary.csv"
+    _summary().to_csv(table, index=False)
+    fig = plots.throughput_vs_workers(_summary(), "Training throughput (emulated)")
+    try:
+        with pytest.raises(ValueError, match="would overwrite the table"):
+            plots.save(fig, tmp_path, "summary")
+        assert pd.read_csv(table).equals(_summary()) and not (tmp_path / "summary.png").exists()
+        plots.save(fig, tmp_path, "throughput")
+        plots.save(fig, tmp_path, "throughput")  # a re-run replaces its own data
+    finally:
+        plt.close(fig)
+
+
+def test_chapter00_keeps_every_drift_trial(tmp_path: Path) -> None:
+    from ddlstudy.chapters import ch00_background as ch00
+
+    drift = ch00.bracketing_drift(tmp_path, repeats=3, seed=0)
+    fig = ch00.drift_figure(drift, tmp_path)
+    plt.close(fig)
+    kept = pd.read_csv(tmp_path / "bracketing_drift.csv")
+    assert sorted(kept["trial"].unique()) == [0, 1, 2] and len(kept) == len(drift)
+
+
 # ----------------------------------------------------------------------------- chapter figures
 def _validation_cells(over: float) -> pd.DataFrame:
     """A validation table's ring cells of resnet50 on two profiles, the model's prediction off

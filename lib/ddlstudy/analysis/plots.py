@@ -30,15 +30,21 @@ MEDIAN_CI: dict = {"estimator": "median", "errorbar": ("ci", 95), "seed": 0}
 def save(fig: Figure, out_dir: str | Path, name: str) -> Path:
     """`<name>.png`, with `<name>.json` (caption: the figure's title; kind) and, when the
     figure function tagged its data (style.finish), `<name>.csv`: the book captions the figure
-    and links its data."""
+    and links its data. ValueError when `<name>.csv` is already a chapter's table (a csv with
+    no figure sidecar): the figure's data would silently replace it."""
     import json
 
     path = Path(out_dir) / f"{name}.png"
+    data = getattr(fig, "ddlstudy_data", None)
+    table = path.with_suffix(".csv")
+    if (isinstance(data, pd.DataFrame) and table.exists()
+            and not path.with_suffix(".json").exists()):  # a chapter's table, not a figure's
+        raise ValueError(f"figure {name!r} would overwrite the table {table}: give the figure "
+                         "its own name")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    data = getattr(fig, "ddlstudy_data", None)
     if isinstance(data, pd.DataFrame):
-        data.to_csv(path.with_suffix(".csv"), index=False)
+        data.to_csv(table, index=False)
     path.with_suffix(".json").write_text(json.dumps(
         {"caption": style.caption_of(fig), "kind": getattr(fig, "ddlstudy_kind", "")}))
     return path

@@ -117,11 +117,12 @@ def bracketing_drift(out: Path, repeats: int, seed: int) -> pd.DataFrame:
 
 
 def drift_figure(drift: pd.DataFrame, out: Path) -> Figure:
-    """Trial 0's errors per algorithm, saved as `bracketing_drift.png`."""
+    """Trial 0's errors per algorithm, saved as `bracketing_drift_trial0.png` (its data file
+    must not replace the `bracketing_drift` table of every trial)."""
     first = drift[drift["trial"] == 0]
     fig = plots.drift_table_figure(first.rename(columns={"max_abs_err": "abs_error"}),
                                    "float32 all-reduce error vs exact sum, 8 ranks (trial 0)")
-    plots.save(fig, out, "bracketing_drift")
+    plots.save(fig, out, "bracketing_drift_trial0")
     return fig
 
 
