@@ -431,9 +431,42 @@ def certify(root: Path, repo: Path | None = None, window: int = 120) -> dict[str
     return found
 
 
+def add_chapter(src: Path, root: Path) -> list[str]:
+    """Copy a chapter another sitting measured whole (SRC: `<run>/<chapter>`, its tables and
+    meta.json; not notebooks, figures or markers) into the reference folder `root` as
+    `root/<chapter>`, and name the chapter in root/meta.json's report.chapters so chapter 99
+    reads it. Returns the files copied. ValueError (one line) when SRC has no meta.json or
+    tables, when root has no meta.json, or when the chapter is already there (pool runs with
+    add-runs / add-rows instead)."""
+    import json
+    import shutil
+
+    chapter = src.name
+    if not (src / "meta.json").is_file():
+        raise ValueError(f"{src} has no meta.json: give a chapter folder of a finished run")
+    files = sorted(p for p in src.iterdir() if p.suffix in (".csv", ".json") and p.is_file())
+    if not any(p.suffix == ".csv" for p in files):
+        raise ValueError(f"{src} has no tables (*.csv): nothing to add")
+    if not (root / "meta.json").is_file():
+        raise ValueError(f"{root} has no meta.json: give the reference folder")
+    dest = root / chapter
+    if dest.exists():
+        raise ValueError(f"{dest} exists: pool another sitting's runs with add-runs or add-rows")
+    dest.mkdir(parents=True)
+    for p in files:
+        shutil.copy2(p, dest / p.name)
+    meta = json.loads((root / "meta.json").read_text())
+    report = meta.setdefault("params", {}).setdefault("report", {})
+    chapters = list(report.get("chapters", []))
+    if chapter not in chapters:
+        report["chapters"] = [*chapters, chapter]
+    (root / "meta.json").write_text(json.dumps(meta, sort_keys=True) + "\n")
+    return [p.name for p in files]
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m ddlstudy.records.reference add-runs SRC DEST` | `add-rows SRC DEST --table T
-    --keys K` | `certify [DIR]`."""
+    --keys K` | `add-chapter SRC [ROOT]` | `certify [DIR]`."""
     import argparse
     import sys
 
@@ -455,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
                    "strategy,seed")
     r.add_argument("--runs", default=None, help="a run-folder tree to copy too, e.g. "
                    "accuracy_runs")
+    h = sub.add_parser("add-chapter", help="copy a chapter measured whole in another sitting "
+                       "(its tables and meta.json) into the reference and name it in its meta")
+    h.add_argument("src", help="<run>/<chapter>")
+    h.add_argument("root", nargs="?", default=None, help="default: results/reference")
     c = sub.add_parser("certify", help="name the commit whose package code a +dirty run ran")
     c.add_argument("dir", nargs="?", default=None, help="default: results/reference")
     args = parser.parse_args(argv)
@@ -466,6 +503,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         print(f"{args.table}.csv: +{n} rows")
+        return 0
+    if args.cmd == "add-chapter":
+        try:
+            copied = add_chapter(Path(args.src), Path(args.root) if args.root
+                                 else reference_dir())
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"{Path(args.src).name}: {len(copied)} files added")
         return 0
     if args.cmd == "certify":
         root = Path(args.dir) if args.dir else reference_dir()
