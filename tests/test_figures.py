@@ -222,9 +222,13 @@ def test_save_never_replaces_a_chapters_table(tmp_path: Path) -> None:
     _summary().to_csv(table, index=False)
     fig = plots.throughput_vs_workers(_summary(), "Training throughput (emulated)")
     try:
+        pd.DataFrame({"x": [1]}).to_csv(tmp_path / "other.csv", index=False)
         with pytest.raises(ValueError, match="would overwrite the table"):
-            plots.save(fig, tmp_path, "summary")
-        assert pd.read_csv(table).equals(_summary()) and not (tmp_path / "summary.png").exists()
+            plots.save(fig, tmp_path, "other")
+        assert pd.read_csv(tmp_path / "other.csv").equals(pd.DataFrame({"x": [1]}))
+        assert not (tmp_path / "other.png").exists()
+        plots.save(fig, tmp_path, "summary")  # the table is the figure's data: kept, drawn
+        assert pd.read_csv(table).equals(_summary()) and (tmp_path / "summary.png").exists()
         plots.save(fig, tmp_path, "throughput")
         plots.save(fig, tmp_path, "throughput")  # a re-run replaces its own data
     finally:

@@ -30,24 +30,31 @@ MEDIAN_CI: dict = {"estimator": "median", "errorbar": ("ci", 95), "seed": 0}
 def save(fig: Figure, out_dir: str | Path, name: str) -> Path:
     """`<name>.png`, with `<name>.json` (caption: the figure's title; kind) and, when the
     figure function tagged its data (style.finish), `<name>.csv`: the book captions the figure
-    and links its data. ValueError when `<name>.csv` is already a chapter's table (a csv with
-    no figure sidecar): the figure's data would silently replace it."""
+    and links its data. Where `<name>.csv` is already a chapter's table (a csv with no figure
+    sidecar), the table stays: it is the figure's data when of the same shape, else ValueError
+    (the figure's data, a subset say, would silently replace it)."""
     import json
 
     path = Path(out_dir) / f"{name}.png"
     data = getattr(fig, "ddlstudy_data", None)
     table = path.with_suffix(".csv")
-    if (isinstance(data, pd.DataFrame) and table.exists()
-            and not path.with_suffix(".json").exists()):  # a chapter's table, not a figure's
-        raise ValueError(f"figure {name!r} would overwrite the table {table}: give the figure "
-                         "its own name")
+    keep = (isinstance(data, pd.DataFrame) and table.exists()
+            and not path.with_suffix(".json").exists())  # a chapter's table, not a figure's
+    if keep and not _same_shape(pd.read_csv(table), data):
+        raise ValueError(f"figure {name!r} would overwrite the table {table} with other data: "
+                         "give the figure its own name")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    if isinstance(data, pd.DataFrame):
+    if isinstance(data, pd.DataFrame) and not keep:  # a table that is the figure's data stays
         data.to_csv(table, index=False)
     path.with_suffix(".json").write_text(json.dumps(
         {"caption": style.caption_of(fig), "kind": getattr(fig, "ddlstudy_kind", "")}))
     return path
+
+
+def _same_shape(table: pd.DataFrame, data: pd.DataFrame) -> bool:
+    """The table holds the figure's data: same columns, same number of rows."""
+    return list(table.columns) == [str(c) for c in data.columns] and len(table) == len(data)
 
 
 def _bytes_axis(ax: plt.Axes) -> None:
