@@ -115,6 +115,34 @@ def test_calibrate_prints_the_two_lines(capsys) -> None:
     assert float(lines[-2].split(": ")[1]) <= 0.1
 
 
+def test_calibrate_on_the_reference_reports_pooled_and_median_cell_spreads(capsys) -> None:
+    """Without --cv: the pooled spread's table, the per-cell spread (median, the noisiest named)
+    and both calibrations, then the two closing lines (false = the larger, power = the median
+    cell's)."""
+    assert engine.main(["calibrate", "--trials", "400"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    both = next(line for line in lines if line.startswith("at the pooled spread (cv "))
+    pooled_false = float(both.split("false decisions ")[1].split(",")[0])
+    median_false = float(both.split("false decisions ")[2].split(",")[0])
+    median_power = float(both.rsplit("power ", 1)[1])
+    assert any(line.startswith("per cell: median cv ") for line in lines)
+    assert lines[-2] == (f"false decisions under no effect: "
+                         f"{max(pooled_false, median_false):.3f}")
+    assert lines[-1] == f"power at the stated margins: {median_power:.2f}"
+
+
+def test_cell_spreads_are_each_cells_own(tmp_path) -> None:
+    import pandas as pd
+
+    (tmp_path / "a").mkdir()
+    pd.DataFrame({"model": "m", "strategy": "allreduce", "workers": [1, 1, 2, 2],
+                  "images_per_sec": [100.0, 100.0, 100.0, 200.0]}).to_csv(
+        tmp_path / "a" / "summary.csv", index=False)
+    spreads = engine.cell_spreads(tmp_path)
+    assert list(spreads["runs"]) == [2, 2]
+    assert spreads["cv"].iloc[0] == 0.0 and spreads["cv"].iloc[1] > 0.4
+
+
 def test_calibrate_measures_the_spread_from_repeated_cells(tmp_path) -> None:
     import pandas as pd
 
