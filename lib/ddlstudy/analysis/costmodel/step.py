@@ -433,7 +433,7 @@ def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: f
     server_host = n * shard + shard  # sum N gradient shards, SGD on the shard
     if sync and overlap:
         return _ps_overlapped(sizes, n, servers, link, compute_s, c, colocated, bucket_mb,
-                              tiers, placement)
+                              tiers, placement, shard)
     if sync:
         wire = 2 * _ps_phase(m, n, servers, link, tiers, colocated, shares=totals)
         return StepTime(compute_s, 2 * servers * link.latency_s, wire,
@@ -447,7 +447,7 @@ def ps_step(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: f
 
 def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compute_s: float,
                    c: Constants, colocated: bool, bucket_mb: float, tiers: Tiers,
-                   placement: str = "even") -> StepTime:
+                   placement: str, busiest: float) -> StepTime:
     """Per-bucket push when the bucket's gradients exist, the servers reduce it, its pull runs
     on the other direction of the links while later buckets push (two chains: separate servers
     receive pushes and send pulls on different directions). Co-located servers use both
@@ -456,7 +456,8 @@ def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compu
     last. Both directions of the busiest NIC carry data (`Link.beta_duplex`) in every phase
     but, with separate servers, the first bucket's push (no pull yet) and the last bucket's
     pull (every push done). placement "variable": each bucket's bytes go to the servers its
-    variables sit on (`server_shares`), so a bucket of one large variable loads one server."""
+    variables sit on (`server_shares`), so a bucket of one large variable loads one server.
+    busiest: the busiest server's bytes of the whole model (its SGD step), from `ps_step`."""
     m = float(sum(sizes))
     forward = compute_s * (1 - BACKWARD_SHARE)
     count = len(sizes)
@@ -486,8 +487,7 @@ def _ps_overlapped(sizes: Sequence[int], n: int, servers: int, link: Link, compu
             push_end, push_path = pull_end, pull_path
     path = pull_path if pull_end > compute_s else StepTime(compute_s, 0.0, 0.0, 0.0, 0.0)
     # then unpack the pulled weights and step: the worker's 2 x model bytes, the servers' SGD
-    return replace(path, host_bytes=path.host_bytes + 2 * m
-                   + max(server_shares(sizes, servers, placement)))
+    return replace(path, host_bytes=path.host_bytes + 2 * m + busiest)
 
 
 def module_bytes(model: str, shape: str = "cifar") -> tuple[int, ...]:
