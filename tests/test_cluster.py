@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -59,6 +61,19 @@ def test_stop_leaves_no_process_behind() -> None:
     alive = [p for p in all_pids if psutil.pid_exists(p)
              and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+
+
+def test_engines_temporary_files_go_with_the_cluster() -> None:
+    """What an engine leaves in its temporary directory (TensorFlow's autograph modules outlive a
+    SIGKILLed engine) lies in the cluster's run folder and is gone after stop."""
+    c = Cluster(workers=2).start()
+    try:
+        made = [path for _fd, path in c.run(tempfile.mkstemp, ".py", "__autograph_like")]
+        assert len(set(made)) == 2 and all(os.path.exists(p) for p in made)
+        assert all(Path(p).is_relative_to(c.run_dir) for p in made)
+    finally:
+        c.stop()
+    assert [p for p in made if os.path.exists(p)] == []
 
 
 def test_kill_after_grace_kills_what_ignores_sigterm() -> None:

@@ -98,16 +98,25 @@ def engine_device() -> str:
 
 def _engine_setup(rank: int, local_rank: int, local_size: int, threads: int | None,
                   env: dict[str, str], defaults: dict[str, str] | None = None,
-                  workdir: bool = False) -> dict[str, Any]:
+                  workdir: bool = False, scratch: str | None = None) -> dict[str, Any]:
     """Once per engine: rank, device, threads, environment (e.g. GLOO_SOCKET_IFNAME).
 
     `defaults` apply only where the engine's own environment has no value (an engine started in
     a namespace keeps the interface its launcher gave it). workdir (engines a launcher started
     on other hosts): work in this engine's project root (`engine_root`), so relative paths the
-    driver sends (data_root "data") resolve in the engine's own checkout."""
+    driver sends (data_root "data") resolve in the engine's own checkout. scratch: this engine's
+    temporary directory (TMPDIR and `tempfile`), inside the cluster's run folder, which `stop`
+    removes: files libraries leave in the temporary directory (TensorFlow's autograph modules,
+    deleted only at a clean exit, which a SIGKILLed TF engine never has) go with the cluster."""
     for key, value in (defaults or {}).items():
         os.environ.setdefault(key, value)
     os.environ.update(env)
+    if scratch:
+        import tempfile
+
+        os.makedirs(scratch, exist_ok=True)
+        os.environ["TMPDIR"] = scratch
+        tempfile.tempdir = scratch
     if workdir:
         os.chdir(engine_root())
     import torch
@@ -425,6 +434,13 @@ class Cluster:
         self._write_pids()
         return self
 
+    def _scratch(self, rank: int) -> str | None:
+        """Rank's temporary directory in this cluster's run folder (removed by `stop`); None for
+        engines this process did not start on this host (a profile's, a remote launcher's)."""
+        if self.run_dir is None or self.launch.is_remote:
+            return None
+        return str(self.run_dir / "tmp" / f"rank{rank}")
+
     def _write_pids(self) -> None:
         """Owners and every process of this cluster, for `cleanup()` after its owner dies."""
         if self.run_dir is None:
@@ -464,7 +480,7 @@ class Cluster:
                 _engine_setup, rank, local_ranks[rank], per_host[hosts[rank]],
                 self.threads_per_engine, env,
                 LOCAL_ENGINE_ENV if self._cluster is not None and not self.launch.is_remote
-                else None, self.launch.is_remote))
+                else None, self.launch.is_remote, self._scratch(rank)))
         self.infos = self._wait_all(pending, self.start_timeout_s)
         self._check_versions()
         self._pids.update(info["pid"] for info in self.infos
