@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -105,6 +106,24 @@ def _train(strategy: str, out: Path) -> subprocess.Popen[str]:
          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _wait_until_stepping(proc: subprocess.Popen[str], deadline: float) -> None:
+    """Until the run prints 'Running N warm-up + M timed steps...': its process group is up,
+    its engines are set up and the step loop comes next (a fixed sleep hoped for that; a loaded
+    host took longer). Reads stdout's raw bytes, so `communicate` later gets the rest."""
+    assert proc.stdout is not None
+    fd, seen = proc.stdout.fileno(), b""
+    while time.monotonic() < deadline:
+        if any(line.startswith(b"Running ") for line in seen.split(b"\n")[:-1]):
+            return
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break  # the run ended before its steps
+            seen += chunk
+    raise AssertionError(f"the run never started its steps: {seen.decode(errors='replace')}")
+
+
 def _kill_ranks_mid_run(cases: list[tuple[str, int]], tmp_path: Path) -> None:
     """Start every (strategy, rank) run at once (their cluster starts overlap: most of a case's
     time), then SIGKILL each one's rank in turn and check the run names it and leaves nothing."""
@@ -122,7 +141,7 @@ def _kill_ranks_mid_run(cases: list[tuple[str, int]], tmp_path: Path) -> None:
 
 def _kill_and_check(proc: subprocess.Popen[str], rank: int, out: Path) -> None:
     folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
-    time.sleep(4)  # process group up, steps running
+    _wait_until_stepping(proc, time.monotonic() + 300)
     assert proc.poll() is None, proc.communicate()
     victim = record["rank_pids"][rank]
     t0 = time.monotonic()
@@ -156,7 +175,7 @@ def test_signal_to_train_stops_engines(sig: signal.Signals, tmp_path: Path) -> N
     proc = _train("allreduce", tmp_path / "run")
     try:
         folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
-        time.sleep(3)
+        _wait_until_stepping(proc, time.monotonic() + 300)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
