@@ -93,6 +93,21 @@ def test_replay_moves_real_gradients_and_averages_them(cluster: Cluster, table: 
         assert sent == model_bytes + 16
 
 
+def test_engines_of_a_host_share_one_replay_draw(cluster: Cluster) -> None:
+    """Every local engine maps the same file for replay's seeded draw (one copy per host, not
+    one per engine) and reads the values a private draw has."""
+    from ddlstudy.strategies.base import replay_draw, replay_draw_here
+
+    params = [torch.zeros(64, 32), torch.zeros(7), torch.zeros(3, 3, 5)]
+    drawn = cluster.run(replay_draw_here, params, 11)
+    private = replay_draw(params, 11)
+    for got in drawn:
+        for g, want in zip(got, private, strict=True):
+            torch.testing.assert_close(g, want, rtol=0, atol=0)
+    files = list((Path(cluster.run_dir) / "tmp" / "shared").glob("replay-draw-11-*.f32"))
+    assert len(files) == 1 and files[0].stat().st_size == 4 * sum(p.numel() for p in params)
+
+
 @pytest.mark.netns
 @pytest.mark.skipif(not AVAILABLE, reason=f"network namespaces unavailable: {WHY}")
 def test_run_inside_emulated_network_records_it(tmp_path: Path, table: str) -> None:

@@ -107,16 +107,20 @@ def _engine_setup(rank: int, local_rank: int, local_size: int, threads: int | No
     driver sends (data_root "data") resolve in the engine's own checkout. scratch: this engine's
     temporary directory (TMPDIR and `tempfile`), inside the cluster's run folder, which `stop`
     removes: files libraries leave in the temporary directory (TensorFlow's autograph modules,
-    deleted only at a clean exit, which a SIGKILLed TF engine never has) go with the cluster."""
+    deleted only at a clean exit, which a SIGKILLed TF engine never has) go with the cluster; its
+    sibling `shared` holds what the cluster's engines share on this host (replay's draw)."""
     for key, value in (defaults or {}).items():
         os.environ.setdefault(key, value)
     os.environ.update(env)
     if scratch:
         import tempfile
 
+        from ddlstudy.strategies.base import REPLAY_SHARE_ENV
+
         os.makedirs(scratch, exist_ok=True)
         os.environ["TMPDIR"] = scratch
         tempfile.tempdir = scratch
+        os.environ[REPLAY_SHARE_ENV] = str(Path(scratch).parent / "shared")
     if workdir:
         os.chdir(engine_root())
     import torch

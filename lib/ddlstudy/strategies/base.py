@@ -13,14 +13,24 @@ over the rest the gradients become ready one tensor at a time in reverse paramet
 evenly spaced instants, each announced through `_grad_ready` - which the overlapped all-reduce
 uses exactly like its autograd hook, so buckets still launch while "backward" goes on.
 Everything after the wait (packing, communication, the optimizer step) is real.
+
+Memory: every rank's replayed gradient is the same seeded draw x (1 + rank), so a worker keeps
+the draw and its factor, not its own copy. Engines a local cluster started share one copy of the
+draw per host (`REPLAY_SHARE_ENV`, a file in the cluster's run folder mapped by every engine:
+the page cache holds it once), which is what lets 32 replaying ResNet-50 engines fit a 23 GB
+host (each otherwise holds params, the draw, .grad and buckets: ~4 x the model).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import math
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -32,6 +42,9 @@ DEFAULT_TIMEOUT_S = 120.0
 BACKWARD_SHARE = 2 / 3
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# A folder the engines of one host share (set by ddlstudy.cluster.engines for local clusters):
+# replayed gradients' seeded draw is written there once and mapped by every engine.
+REPLAY_SHARE_ENV = "DDLSTUDY_REPLAY_SHARE"
 
 
 @dataclass
@@ -113,9 +126,49 @@ def _nbytes(t: torch.Tensor) -> int:
 def replay_gradients(params: Sequence[torch.Tensor], seed: int, rank: int) -> list[torch.Tensor]:
     """The gradients a replaying worker reports: one seeded draw shared by all ranks, times
     (1 + rank), so the N-worker mean is the draw x (N + 1) / 2 - a checkable average."""
+    return [g.mul(1 + rank) for g in replay_draw(params, seed)]
+
+
+def replay_draw_here(params: Sequence[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """`replay_draw`, shared with the engines of this host where the cluster set a folder for
+    it (REPLAY_SHARE_ENV), else private."""
+    return replay_draw(params, seed, os.environ.get(REPLAY_SHARE_ENV))
+
+
+def _draws(params: Sequence[torch.Tensor], seed: int) -> Iterator[torch.Tensor]:
+    """The seeded draw (x 1e-3), one CPU tensor per parameter, in parameter order."""
     gen = torch.Generator().manual_seed(seed * 7919 + 17)
-    return [torch.randn(p.shape, generator=gen, dtype=p.dtype).mul_(1e-3 * (1 + rank))
-            .to(p.device) for p in params]
+    for p in params:
+        yield torch.randn(p.shape, generator=gen, dtype=p.dtype).mul_(1e-3)
+
+
+def replay_draw(params: Sequence[torch.Tensor], seed: int,
+                share: str | None = None) -> list[torch.Tensor]:
+    """Rank 0's replayed gradients (the seeded draw x 1e-3), one tensor per parameter, on the
+    parameters' device. `share`: a folder the engines of this host share; float32 CPU
+    parameters then get read-only views of one file there, written by the first engine (under a
+    lock) and mapped by all (see the module docstring). Do not write into what it returns."""
+    if (not share or not params or any(p.device.type != "cpu" or p.dtype != torch.float32
+                                       for p in params)):
+        return [g.to(p.device) for p, g in zip(params, _draws(params, seed), strict=True)]
+    shapes = repr([tuple(p.shape) for p in params]).encode()
+    path = Path(share) / f"replay-draw-{seed}-{hashlib.sha1(shapes).hexdigest()[:16]}.f32"
+    n = sum(p.numel() for p in params)
+    Path(share).mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists() or path.stat().st_size != 4 * n:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            with open(tmp, "wb") as f:
+                for g in _draws(params, seed):
+                    f.write(g.numpy().tobytes())
+            os.replace(tmp, path)
+    flat = torch.from_file(str(path), shared=True, size=n, dtype=torch.float32)
+    out, at = [], 0
+    for p in params:
+        out.append(flat[at:at + p.numel()].view(p.shape))
+        at += p.numel()
+    return out
 
 
 def _sleep_until(deadline: float) -> None:
@@ -159,7 +212,9 @@ class Strategy:
         # where this rank computes; on CUDA, `_sync` brackets every timed region
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.replay_s: float | None = None
+        # the seeded draw (shared, read-only) and this rank's factor: its gradient = draw x factor
         self._replay_grads: list[torch.Tensor] = []
+        self._replay_factor = 1.0 + rank
 
     @property
     def is_worker(self) -> bool:
@@ -180,7 +235,7 @@ class Strategy:
             raise ValueError(f"replay time must be >= 0 s, got {seconds!r}")
         self.replay_s = float(seconds)
         if self.is_worker and not self._replay_grads:
-            self._replay_grads = replay_gradients(self.params, seed, self.rank)
+            self._replay_grads = replay_draw_here(self.params, seed)
 
     def _sync(self) -> None:
         """On CUDA, wait for queued kernels and NCCL operations before reading the clock
@@ -203,9 +258,9 @@ class Strategy:
         for i, (p, g) in enumerate(pairs):
             _sleep_until(forward_end + total * BACKWARD_SHARE * (i + 1) / n)
             if p.grad is None:
-                p.grad = g.clone()
+                p.grad = g.mul(self._replay_factor)
             else:
-                p.grad.copy_(g)
+                torch.mul(g, self._replay_factor, out=p.grad)
             self._grad_ready(p)
         return math.nan
 

@@ -83,15 +83,15 @@ class _ReplayGrad(torch.autograd.Function):
     replayed gradient (so DDP's post-accumulate hooks see it as a real one)."""
 
     @staticmethod
-    def forward(ctx: Any, p: torch.Tensor, grad: torch.Tensor, clock: _ReplayClock
-                ) -> torch.Tensor:
-        ctx.grad, ctx.clock = grad, clock
+    def forward(ctx: Any, p: torch.Tensor, grad: torch.Tensor, clock: _ReplayClock,
+                factor: float) -> torch.Tensor:
+        ctx.grad, ctx.clock, ctx.factor = grad, clock, factor
         return p.new_zeros(())
 
     @staticmethod
-    def backward(ctx: Any, _out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, _out: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         ctx.clock.wait_next()
-        return ctx.grad.clone(), None, None
+        return ctx.grad.mul(ctx.factor), None, None, None
 
 
 class _DDPReplayModule(nn.Module):
@@ -99,14 +99,15 @@ class _DDPReplayModule(nn.Module):
     in parameter order, so autograd runs their backwards in reverse order as a real one would."""
 
     def __init__(self, model: nn.Module, params: Sequence[torch.Tensor],
-                 grads: Sequence[torch.Tensor], clock: _ReplayClock) -> None:
+                 grads: Sequence[torch.Tensor], clock: _ReplayClock, factor: float) -> None:
         super().__init__()
         self.model, self._params, self._grads, self._clock = model, list(params), list(grads), clock
+        self._factor = factor
 
     def forward(self, _x: torch.Tensor) -> torch.Tensor:
         total = torch.zeros(())
         for p, g in zip(self._params, self._grads, strict=True):
-            total = total + _ReplayGrad.apply(p, g, self._clock)
+            total = total + _ReplayGrad.apply(p, g, self._clock, self._factor)
         return total
 
 
@@ -156,7 +157,8 @@ class DDP(Strategy):
 
         super().set_replay(seconds, seed)
         self._clock = _ReplayClock(len(self.params))
-        stand_in = _DDPReplayModule(self.model, self.params, self._replay_grads, self._clock)
+        stand_in = _DDPReplayModule(self.model, self.params, self._replay_grads, self._clock,
+                                    self._replay_factor)
         bucket_mb = self.ddp.bucket_bytes_cap / (1024 * 1024)
         del self.ddp  # its reducer unhooks the parameters
         self.ddp = DistributedDataParallel(stand_in, bucket_cap_mb=bucket_mb,
