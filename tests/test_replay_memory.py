@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ddlstudy.train.config import TrainConfig
-from ddlstudy.train.rank import worker_data
+from ddlstudy.train.rank import batch_rows, worker_data
 
 
 def test_replay_rows_are_one_image_viewed_global_batch_times() -> None:
@@ -16,8 +16,10 @@ def test_replay_rows_are_one_image_viewed_global_batch_times() -> None:
     x, y = worker_data(config, 128 * 16)
     assert x.shape == (2048, 3, 224, 224) and y.shape == (2048,)
     assert x.untyped_storage().nbytes() == 3 * 224 * 224 * 4
-    batch = x[torch.arange(128)]  # what a step slices: a real copy of one batch
-    assert batch.shape == (128, 3, 224, 224) and batch.is_contiguous()
+    batch = batch_rows(x, torch.arange(128, 256))  # what a step slices: a view, no copy
+    assert batch.shape == (128, 3, 224, 224)
+    assert batch.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    torch.testing.assert_close(batch[5], x[200], rtol=0, atol=0)
 
 
 def test_real_compute_keeps_distinct_rows() -> None:
@@ -25,3 +27,5 @@ def test_real_compute_keeps_distinct_rows() -> None:
     x, y = worker_data(config, 8)
     assert x.shape[0] == 8 and x.untyped_storage().nbytes() == x.numel() * x.element_size()
     assert not torch.equal(x[0], x[1])
+    idx = torch.tensor([6, 1])
+    torch.testing.assert_close(batch_rows(x, idx), x[idx], rtol=0, atol=0)
