@@ -156,3 +156,27 @@ def test_an_engine_that_died_between_calls_is_named_not_an_index_error() -> None
             c.init_process_group(2)
         with pytest.raises(cl.RankFailed, match=named):
             c.run(time.sleep, 0)
+
+
+def test_replaying_grids_may_start_more_engines_per_core(monkeypatch) -> None:
+    """More engines than 8 per core are refused in one line, unless every cell replays compute
+    (16 per core): Wang's 4 x 8 V100 grid is 32 replaying engines on this 2-core host."""
+    from ddlstudy.chapters.ch03_ps_vs_ring import _engines_per_core
+    from ddlstudy.cluster.launchers import (
+        MAX_ENGINES_PER_CORE,
+        REPLAY_ENGINES_PER_CORE,
+        engine_count_problem,
+    )
+    from ddlstudy.train.config import TrainConfig
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert "32 workers on 2 cores would thrash: use at most 16" in engine_count_problem(32)
+    assert engine_count_problem(32, REPLAY_ENGINES_PER_CORE) is None
+    assert "use at most 32" in engine_count_problem(33, REPLAY_ENGINES_PER_CORE)
+    replay = TrainConfig(model="mlp", compute="replay", replay_source="gpu")
+    real = TrainConfig(model="mlp")
+    assert _engines_per_core([replay, replay]) == REPLAY_ENGINES_PER_CORE
+    assert _engines_per_core([replay, real]) == MAX_ENGINES_PER_CORE
+    assert _engines_per_core([]) == MAX_ENGINES_PER_CORE
+    with pytest.raises(ClusterError, match="would thrash"):
+        Cluster(workers=33).start()

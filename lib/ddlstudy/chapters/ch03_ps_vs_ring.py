@@ -9,6 +9,7 @@ show, with the ring / PS comparison's interval.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,16 @@ class Result:
         return self.summary[SUMMARY_COLUMNS]
 
 
+def _engines_per_core(configs: Sequence[Any]) -> int:
+    """Local engines per core the grid may start: more where every cell replays its compute
+    (the engines sleep through it; each cell's record still says whether the host's CPUs were
+    saturated)."""
+    from ddlstudy.cluster.launchers import MAX_ENGINES_PER_CORE, REPLAY_ENGINES_PER_CORE
+
+    replayed = bool(configs) and all(c.compute == "replay" for c in configs)
+    return REPLAY_ENGINES_PER_CORE if replayed else MAX_ENGINES_PER_CORE
+
+
 def run(P: Any, p: Plan, out: Path) -> Result:
     """Run the grid on (emulated) engines, or load the committed reference cells where the
     network cannot be built; write `summary`; stop if any run failed."""
@@ -164,6 +175,7 @@ def run(P: Any, p: Plan, out: Path) -> Result:
                                    offload_off=not N.offload, gpus_per_node=p.gpus_per_node,
                                    latency=p.latency,
                                    testbed=p.testbed.name if p.testbed else None,
+                                   engines_per_core=_engines_per_core(configs),
                                    **P.cluster.engine_kwargs(),
                                    start_timeout_s=P.cluster.start_timeout_s,
                                    collective_timeout_s=P.cluster.collective_timeout_s

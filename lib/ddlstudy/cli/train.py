@@ -393,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
         launch, config, problem = check_launch_args(args, config)
         problem = (problem or check_fault_args(args, config)
-                   or (None if args.profile else engine_count_problem(config.world_size))
+                   or (None if args.profile
+                       else engine_count_problem(config.world_size, _per_core(config)))
                    or check_network_args(args) or check_node_args(args)
                    or check_data(config, launch))
         if problem:
@@ -403,6 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if owned is not None:
             owned.release(keep_new=started)
+
+
+def _per_core(config: TrainConfig) -> int:
+    """Local engines per core this run may start (more when it replays compute)."""
+    from ddlstudy.cluster.launchers import MAX_ENGINES_PER_CORE, REPLAY_ENGINES_PER_CORE
+
+    return REPLAY_ENGINES_PER_CORE if config.compute == "replay" else MAX_ENGINES_PER_CORE
 
 
 def _run(args: argparse.Namespace, config: TrainConfig, launch: LaunchSpec | None = None
@@ -423,7 +431,7 @@ def _run(args: argparse.Namespace, config: TrainConfig, launch: LaunchSpec | Non
         with emulated_cluster(args.network, config.world_size, args.scale, offload_off=False,
                               profile=args.profile, collective_timeout_s=args.timeout,
                               gpus_per_node=args.gpus_per_node,
-                              latency=args.latency,
+                              latency=args.latency, engines_per_core=_per_core(config),
                               **({"launch": launch} if launch is not None else {})) as cluster:
             config = replace(config, time_dilation=dilation(cluster, config.compute)).validate()
             net = cluster.network_info

@@ -54,6 +54,7 @@ from typing import Any
 import psutil
 
 from ddlstudy.cluster.launchers import (
+    MAX_ENGINES_PER_CORE,
     REMOTE_ROOT_ENV,
     LaunchError,
     LaunchSpec,
@@ -336,6 +337,8 @@ class Cluster:
 
     workers: engines to start locally (ignored with `profile`, which connects to a running
     ipyparallel cluster, e.g. one started on GPU nodes with `ipcluster start --profile=slurm`).
+    engines_per_core: the most local engines per core `start` accepts (launchers'
+    REPLAY_ENGINES_PER_CORE for engines that only replay compute).
     """
 
     def __init__(self, workers: int = 2, profile: str | None = None, *,
@@ -344,6 +347,7 @@ class Cluster:
                  threads_per_engine: int | None = None, engine_env: dict[str, str] | None = None,
                  engine_env_per_rank: Sequence[dict[str, str]] | None = None,
                  master_addr: str | None = None, launch: LaunchSpec | None = None,
+                 engines_per_core: int = MAX_ENGINES_PER_CORE,
                  **cluster_kwargs: Any) -> None:
         if profile is None and (not isinstance(workers, int) or workers < 1):
             raise ClusterError(f"workers must be a positive integer, got {workers!r}: pass "
@@ -369,6 +373,7 @@ class Cluster:
         self.collective_timeout_s = collective_timeout_s
         self.threads_per_engine = threads_per_engine
         self.engine_env = dict(engine_env or {})
+        self.engines_per_core = engines_per_core
         self.engine_env_per_rank = list(engine_env_per_rank or [])
         self.cluster_kwargs = cluster_kwargs
         self._cluster: Any = None
@@ -404,7 +409,7 @@ class Cluster:
                 self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
                                              interactive=False)
         else:
-            if problem := engine_count_problem(self.workers):
+            if problem := engine_count_problem(self.workers, self.engines_per_core):
                 raise ClusterError(problem)
             stopped = cleanup()
             if stopped:

@@ -40,15 +40,19 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The engines' project root (their working directory) when it is not their own checkout's.
 REMOTE_ROOT_ENV = "DDLSTUDY_REMOTE_ROOT"
 MAX_ENGINES_PER_CORE = 8  # more engines started here than this per core only thrash
+# Engines that replay compute sleep through it; a grid of them may start twice as many (each
+# cell's record still says whether the host's CPUs were saturated: `cpu_bound`).
+REPLAY_ENGINES_PER_CORE = 16
 
 
-def engine_count_problem(engines: int) -> str | None:
+def engine_count_problem(engines: int, per_core: int = MAX_ENGINES_PER_CORE) -> str | None:
     """None when `engines` can start as processes here (no ipyparallel profile), else the
-    one-line problem: checked by the CLIs before torch loads and by Cluster.start."""
+    one-line problem: checked by the CLIs before torch loads and by Cluster.start. per_core:
+    engines allowed per core (REPLAY_ENGINES_PER_CORE for a grid whose every cell replays)."""
     cores = os.cpu_count() or 1
-    if engines > MAX_ENGINES_PER_CORE * cores:
+    if engines > per_core * cores:
         return (f"{engines} workers on {cores} cores would thrash: use at most "
-                f"{MAX_ENGINES_PER_CORE * cores} here, or a cluster profile")
+                f"{per_core * cores} here, or a cluster profile")
     return None
 # Engines on other hosts are declared dead after HEARTBEAT_MISSES missed pings HEARTBEAT_MS
 # apart (ipyparallel's default is 10 x 3000 ms); a loaded host answers within 1 s.
