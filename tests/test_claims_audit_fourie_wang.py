@@ -286,3 +286,26 @@ def test_the_audited_quotes_are_the_papers_words() -> None:
     for c in by_id.values():
         if c.paper in ("Fourie 2019", "Wang (NCHC)"):
             assert "seed" not in c.location.lower() and "/work" not in c.quote
+
+
+def test_wang_comm_bound_reads_two_nodes_and_efficiency_the_top_count(tmp_path, no_reference
+                                                                      ) -> None:
+    """With 4 x 8 GPUs in the grid as well, the 2-node claim still reads 2 x 8 (exposed
+    communication there: 2 s a step; at 4 x 8 the rows say 0.1 s) and the 64-GPU efficiency
+    claims read the grid's largest, 4 x 8."""
+    name = "wang_nchc_10gbe"
+    folder = f"03_ps_vs_ring-testbed-{name}-resnet50"
+    rows = [{"model": "resnet50", "strategy": "allreduce", "workers": n, "repeat": r,
+             "images_per_sec": rate * k, "testbed": name, "gpus_per_node": 8,
+             "cpu_bound": False, "error": "", "compute_s": 1.0 * k, "comm_wait_s": wait}
+            for n, rate, wait in ((1, 4.1, 0.0), (16, 4.1 * 16 * 0.9, 2.0),
+                                  (32, 4.1 * 32 * 0.65, 0.1))
+            for r, k in enumerate(_noise(0.01, RUNS, n))]
+    _write(tmp_path, folder, rows)
+    folders = {C.EMULATED_03: [folder]}
+    bound = [r for r in _rows(tmp_path, folders, "wang_resnet_comm_bound")
+             if r["column"] == C.REPRODUCTION and "10GbE" in r["quantity"]]
+    assert len(bound) == 1 and bound[0]["verdict"] == "agrees", bound
+    assert "ring at 16 workers (2 node(s) x 8 GPUs)" in bound[0]["quantity"]
+    eff = _one(_rows(tmp_path, folders, "wang_10gbe_65pct"))
+    assert "32 workers (4 node(s) x 8 GPUs)" in eff["quantity"] and eff["verdict"] == "agrees"
