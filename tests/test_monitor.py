@@ -74,9 +74,12 @@ def test_sampler_in_process_rows_and_traffic() -> None:
         for key in ("bytes_sent", "bytes_recv", "packets_sent", "packets_recv"):
             assert r[f"{key}_per_s"] == pytest.approx((r[key] - prev[key]) / (r["t"] - prev["t"]))
     assert max(r["bytes_sent_per_s"] for r in rows[1:]) >= (8 << 20) / (ts[-1] - ts[0])
+    # host CPU % is NaN over an interval no clock tick fell in (stop's sample can follow the
+    # sampler's own by a millisecond): every other value lies in [0, 100], and some exist
+    host = [r["host_cpu_pct"] for r in rows[1:] if not math.isnan(r["host_cpu_pct"])]
+    assert host and all(0 <= h <= 100 for h in host), rows
     for r in rows[1:]:
-        assert 0 <= r["host_cpu_pct"] <= 100 and r["cpu_pct"] >= 0
-        assert r["rss_mb"] > 10
+        assert r["cpu_pct"] >= 0 and r["rss_mb"] > 10
     try:
         import pynvml  # noqa: F401
     except ImportError:
