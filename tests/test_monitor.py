@@ -144,7 +144,8 @@ def test_two_local_engines(cluster: Cluster) -> None:
         assert rows["iface"].unique().tolist() == ["lo"] and rows["iface_shared"].all()
         body = rows.iloc[1:]
         assert body["cpu_pct"].between(0, 100 * 64).all()
-        assert body["host_cpu_pct"].between(0, 100).all()
+        host = body["host_cpu_pct"].dropna()  # NaN: no clock tick in the interval (see above)
+        assert len(host) and host.between(0, 100).all()
         assert body["cpu_pct"].max() > 5  # the engine was busy all-reducing
         assert (rows["rss_mb"] > 50).all()  # torch is loaded
         assert rows["bytes_sent"].is_monotonic_increasing
