@@ -159,10 +159,9 @@ def _engines_per_core(configs: Sequence[Any]) -> int:
     """Local engines per core the grid may start: more where every cell replays its compute
     (the engines sleep through it; each cell's record still says whether the host's CPUs were
     saturated)."""
-    from ddlstudy.cluster.launchers import MAX_ENGINES_PER_CORE, REPLAY_ENGINES_PER_CORE
+    from ddlstudy.cluster.launchers import engines_per_core
 
-    replayed = bool(configs) and all(c.compute == "replay" for c in configs)
-    return REPLAY_ENGINES_PER_CORE if replayed else MAX_ENGINES_PER_CORE
+    return engines_per_core([c.compute for c in configs])
 
 
 def run(P: Any, p: Plan, out: Path) -> Result:

@@ -408,9 +408,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _per_core(config: TrainConfig) -> int:
     """Local engines per core this run may start (more when it replays compute)."""
-    from ddlstudy.cluster.launchers import MAX_ENGINES_PER_CORE, REPLAY_ENGINES_PER_CORE
+    from ddlstudy.cluster.launchers import engines_per_core
 
-    return REPLAY_ENGINES_PER_CORE if config.compute == "replay" else MAX_ENGINES_PER_CORE
+    return engines_per_core([config.compute])
 
 
 def _run(args: argparse.Namespace, config: TrainConfig, launch: LaunchSpec | None = None

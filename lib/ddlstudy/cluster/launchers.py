@@ -27,6 +27,7 @@ import re
 import shlex
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,13 @@ def engine_count_problem(engines: int, per_core: int = MAX_ENGINES_PER_CORE) -> 
         return (f"{engines} workers on {cores} cores would thrash: use at most "
                 f"{per_core * cores} here, or a cluster profile")
     return None
+
+
+def engines_per_core(computes: Sequence[str]) -> int:
+    """Engines per core runs with these compute modes may start: REPLAY_ENGINES_PER_CORE where
+    there are some and every one replays, else MAX_ENGINES_PER_CORE."""
+    replayed = bool(computes) and all(c == "replay" for c in computes)
+    return REPLAY_ENGINES_PER_CORE if replayed else MAX_ENGINES_PER_CORE
 # Engines on other hosts are declared dead after HEARTBEAT_MISSES missed pings HEARTBEAT_MS
 # apart (ipyparallel's default is 10 x 3000 ms); a loaded host answers within 1 s.
 HEARTBEAT_MS = 1000
