@@ -274,6 +274,28 @@ def test_pani_same_across_workers_follows_the_seeds(tmp_path: Path, claim_id: st
     assert "CPU workers stand in" in rows[0]["conditions"]
 
 
+@pytest.mark.parametrize("claim_id", ["pani_loss_same_across_devices",
+                                      "pani_error_same_across_devices"])
+def test_pani_same_across_workers_reads_the_batch_both_ways(tmp_path: Path, claim_id: str,
+                                                            no_reference: Path) -> None:
+    """Pani does not say whether a GPU takes the whole batch or a share: a 2-worker cell at
+    batch 16 is set against the 1-worker cell at 32 (one batch split: the same update by
+    construction, so no verdict), a 2-worker cell at 32 against 32 (the same batch per worker:
+    measured); each reading is its own row."""
+    rows = []
+    for seed, f in enumerate(NOISE):
+        for n, bs, k in ((1, 32, 1.0), (2, 32, 1.6 * f), (2, 16, f)):
+            rows.append({"model": "mlp", "dataset": "mnist", "workers": n, "batch_size": bs,
+                         "seed": seed, "epochs": 1, "lr": 0.01, "lr_target": 0.01,
+                         "test_loss": 0.3 * k, "test_accuracy": 1 - 0.1 * k})
+    (tmp_path / "09_batch_size").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(tmp_path / "09_batch_size" / "sweep.csv", index=False)
+    got = {r["quantity"].rsplit("on 1, ", 1)[1].split(", same seed")[0]: r["verdict"]
+           for r in _eval(claim_id, tmp_path, {"09_batch_size": ["09_batch_size"]})}
+    assert got == {"batch 32": engine.DIFFERS,
+                   "one batch of 32 split across the workers (16 each)": engine.SET_BY_CONFIG}, got
+
+
 def test_pani_same_across_workers_needs_two_worker_counts(tmp_path: Path,
                                                           no_reference: Path) -> None:
     (row,) = _eval("pani_loss_same_across_devices", tmp_path,
