@@ -114,6 +114,16 @@ def test_pani_time_too_few_runs_and_missing(tmp_path: Path) -> None:
     assert row["verdict"] == engine.NOT_MEASURED and "resnet18/resnet50" in row["reason"]
 
 
+def test_pani_time_order_names_the_counts_it_lacks(tmp_path: Path, no_reference: Path) -> None:
+    """make report's grid (1 and 4 workers) has no two of Pani's 2, 4, 8 to order: the row says
+    which counts ran and which the claim needs, not 'no records'."""
+    rates = {**_grid("alexnet", {1: 100.0, 4: 40.0}), **_grid("resnet152", {1: 10.0, 4: 30.0})}
+    (row,) = _eval("pani_time_order_2_4_8", tmp_path, _emulated(tmp_path, rates, NOISE))
+    assert row["verdict"] == engine.NOT_MEASURED, row
+    assert "alexnet's ring at [1, 4] workers only" in row["reason"]
+    assert "Pani's 2, 4, 8" in row["reason"] and "network.workers" in row["reason"]
+
+
 def test_pani_time_reads_todays_testbed_only(tmp_path: Path) -> None:
     """A paper's testbed grid (more workers, other compute) is not today's replay: it neither
     sets the worker counts nor joins the runs."""

@@ -192,6 +192,11 @@ def _times(pick: str | tuple[str, ...], pairs):  # noqa: ANN001, ANN202 - a meas
                 testbed=claims.TESTBED_EMULATED, source=rec.source(
                     ch, "emulated (shaped links, H100 compute replayed; Pani: GPUs of one "
                     "server, no network named)")))
+        if not rows:  # e.g. workers [1, 4]: no two of Pani's 2, 4, 8 to order
+            return [Measurement(f"{model}: ring", chapter=ch, missing=(
+                f"not measured: {ch} ran {model}'s ring at {counts} workers only: needs the "
+                "worker counts the claim compares (two or more of Pani's 2, 4, 8 for the "
+                "order, 1 and >= 2 for one GPU against several) in network.workers"))]
         return rows
     return measure
 
