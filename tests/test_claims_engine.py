@@ -280,6 +280,34 @@ def test_a_short_run_takes_the_references_decided_rows_labelled(tmp_path) -> Non
         engine.claims_table(run, folders, [claim]).drop(columns="reason"))
 
 
+def test_table_command_scores_a_run_with_the_reference_as_chapter_99_does(tmp_path, capsys
+                                                                         ) -> None:
+    """`conclusions table RUN --reference REF` writes chapter 99's rows (the reference standing
+    in where the run is short); without it the run's own rows; a folder that is not a
+    reference is one line and exit 2."""
+    import json
+
+    import pandas as pd
+
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    _emulated(run, "resnet50", 1, 1000)
+    _emulated(ref, "resnet50", 6, 1000)        # efficiency ~0.17 over 6 runs: differs
+    for d in (run, ref):
+        (d / "meta.json").write_text(json.dumps({"params": {
+            "report": {"chapters": ["03_ps_vs_ring"]},
+            "network": {"chapter03_models": ["resnet50"]}}}))
+    verdicts = {}
+    for name, extra in (("own", []), ("ref", ["--reference", str(ref)])):
+        out = tmp_path / f"{name}.csv"
+        assert engine.main(["table", str(run), "--out", str(out), *extra]) == 0
+        got = pd.read_csv(out)
+        verdicts[name] = set(got.loc[got["claim_id"] == "shi_ring_proportional", "verdict"])
+    assert engine.DIFFERS not in verdicts["own"] and engine.DIFFERS in verdicts["ref"], verdicts
+    capsys.readouterr()
+    assert engine.main(["table", str(run), "--reference", str(tmp_path / "nope")]) == 2
+    assert "give a reference folder" in capsys.readouterr().err
+
+
 def test_a_chapter_the_run_did_not_measure_gives_way_to_the_references_rows() -> None:
     """A run whose chapter 11 has no accuracy runs says 'not measured [PowerSGD / DDP]'; the
     reference's per-rank rows (decided) replace it; a not-measured row in a chapter where the

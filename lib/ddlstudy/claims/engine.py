@@ -450,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("table", help="every claim's verdict from a run folder's records")
     t.add_argument("run", help="a run folder (ddlstudy report ... --out DIR)")
     t.add_argument("--out", help="also write the full table to this csv")
+    t.add_argument("--reference", help="a reference folder (results/reference) whose rows "
+                   "stand in, labelled, where this run's are undecided, as chapter 99 does; "
+                   "default: this run's rows only")
     c = sub.add_parser("compare", help="both runs' verdicts per claim; exit 1 when a decided "
                        "(agrees/differs) verdict of one run contradicts the other's")
     c.add_argument("run_a")
@@ -467,7 +470,10 @@ def main(argv: list[str] | None = None) -> int:
             if not (run / "meta.json").exists():
                 raise FileNotFoundError(f"{run}/meta.json not found: give a run folder "
                                         "written by ddlstudy report")
-            table = claims_table(run)
+            if args.reference and not (Path(args.reference) / "meta.json").exists():
+                raise FileNotFoundError(f"{args.reference}/meta.json not found: give a "
+                                        "reference folder (results/reference) to --reference")
+            table = claims_table(run, reference=args.reference)
             if args.out:
                 table.to_csv(args.out, index=False)
             with pd.option_context("display.width", 220, "display.max_colwidth", 70):
