@@ -100,12 +100,13 @@ def _across(column: str, what: str, model: str | None = None):  # noqa: ANN202
                    f"({int(b) // top} each)") for b in sorted(set(one["batch_size"]))
                   if int(b) % top == 0 and int(b) // top in set(many["batch_size"])]
         rows = []
+        settings = _settings(df)
+        src = rec.source(CH09, "measured (real training, one host, CPU workers)")
         for per_worker, single, label in pairs:
             vals = per_run(lambda n, o: n / o,
                            runs(many, column, "seed", batch_size=per_worker),
                            runs(one, column, "seed", batch_size=single))
-            text = f"{_settings(df)}: {what} on {top} workers / on 1, {label}, same seed"
-            src = rec.source(CH09, "measured (real training, one host, CPU workers)")
+            text = f"{settings}: {what} on {top} workers / on 1, {label}, same seed"
             if per_worker != single and vals:
                 # a split batch averaged by a synchronous all-reduce is the one worker's update:
                 # the runs check the implementation, not Pani's devices

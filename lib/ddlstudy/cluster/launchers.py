@@ -62,6 +62,8 @@ def engines_per_core(computes: Sequence[str]) -> int:
     there are some and every one replays, else MAX_ENGINES_PER_CORE."""
     replayed = bool(computes) and all(c == "replay" for c in computes)
     return REPLAY_ENGINES_PER_CORE if replayed else MAX_ENGINES_PER_CORE
+
+
 # Engines on other hosts are declared dead after HEARTBEAT_MISSES missed pings HEARTBEAT_MS
 # apart (ipyparallel's default is 10 x 3000 ms); a loaded host answers within 1 s.
 HEARTBEAT_MS = 1000
