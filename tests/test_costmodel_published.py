@@ -116,3 +116,21 @@ def test_testbeds_readme_states_the_headline_the_model_gives():
     assert m, "README no longer states the headline"
     med, n, s = M.published_summary(M.predict_published())
     assert (int(m.group(1)), int(m.group(2)), m.group(3)) == (n, s, f"{med:.2f}")
+
+
+def test_every_published_point_is_on_a_study_model_and_predicted():
+    """ResNet-101 and Inception V3 are registered for the Horovod rows: no row is skipped, and
+    each multi-node row names the data path its gradients took."""
+    table = M.predict_published()
+    assert len(table) == len(catalog.published_points())
+    assert (table["skipped"] == "").all(), table[table["skipped"] != ""]["point_id"].tolist()
+    multi = table[M.multi_node(table)]
+    by_path = multi.groupby("path").size().to_dict()
+    assert by_path == {"all-reduce on CPU": 9, "all-reduce on GPU": 17, "parameter servers": 18}
+
+
+def test_data_path_reads_the_framework_text():
+    pts = {p.point_id: p for p in catalog.published_points()}
+    assert M.data_path(pts["horovod2017_vgg16_16gpu_hvd_tcp_cpu"]) == "all-reduce on CPU"
+    assert M.data_path(pts["horovod2017_vgg16_16gpu_hvd_rdma_nccl"]) == "all-reduce on GPU"
+    assert M.data_path(pts["horovod2017_vgg16_16gpu_dtf_ps_varcpu"]) == "parameter servers"

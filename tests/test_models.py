@@ -19,7 +19,7 @@ from ddlstudy.workload.models import (
 
 ALL = list(MODELS)
 # Forward passes on real tensors at 224x224 cost ~1 s each for these: shape-only on meta by default.
-HEAVY_IMAGENET = {"vgg16", "vgg19", "resnet50", "resnet152"}
+HEAVY_IMAGENET = {"vgg16", "vgg19", "resnet50", "resnet101", "resnet152", "inception3"}
 
 # torchvision's own parameter counts (torchvision.models.*(weights=None), aux heads off).
 TORCHVISION_PARAMS = {
@@ -28,8 +28,10 @@ TORCHVISION_PARAMS = {
     "vgg19": 143_667_240,
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
+    "resnet101": 44_549_160,
     "resnet152": 60_192_808,
     "googlenet": 6_624_904,
+    "inception3": 23_834_568,  # inception_v3(aux_logits=False, init_weights=False)
 }
 
 
@@ -45,8 +47,8 @@ def by_model(imagenet_table):
 
 def test_registry_has_the_papers_models():
     assert set(MODELS) == {
-        "alexnet", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "googlenet",
-        "shallow_cnn", "mlp",
+        "alexnet", "vgg16", "vgg19", "resnet18", "resnet50", "resnet101", "resnet152", "googlenet",
+        "inception3", "shallow_cnn", "mlp",
     }  # fmt: skip
     assert INPUT_SHAPES == {"cifar": (3, 32, 32), "mnist": (1, 28, 28), "imagenet": (3, 224, 224)}
     assert NUM_CLASSES == {"cifar": 10, "mnist": 10, "imagenet": 1000}

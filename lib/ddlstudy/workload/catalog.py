@@ -97,14 +97,17 @@ def _model(name: str, attr: str, summary: str) -> None:
     register_model(ModelSpec(name, f"ddlstudy.workload.models:{attr}", summary))
 
 
-# Shi 2019's five (Table 3.1), ResNet-18/152, and two small networks for quick runs.
+# Shi 2019's five (Table 3.1), ResNet-18/101/152, GoogLeNet, Inception v3 (the Horovod
+# benchmarks' models) and two small networks for quick runs.
 _model("alexnet", "AlexNet", "AlexNet (Krizhevsky 2012), torchvision's layout")
 _model("vgg16", "vgg16", "VGG-16 (configuration D)")
 _model("vgg19", "vgg19", "VGG-19 (configuration E)")
 _model("resnet18", "resnet18", "ResNet-18 (basic blocks)")
 _model("resnet50", "resnet50", "ResNet-50 (bottleneck blocks)")
+_model("resnet101", "resnet101", "ResNet-101 (the Horovod benchmarks' second model)")
 _model("resnet152", "resnet152", "ResNet-152")
 _model("googlenet", "GoogLeNet", "GoogLeNet / Inception v1, no auxiliary heads")
+_model("inception3", "InceptionV3", "Inception v3, no auxiliary head (Horovod's benchmarks)")
 _model("shallow_cnn", "ShallowCNN", "Pani's shallow MNIST CNN (two conv, two dense)")
 _model("mlp", "MLP", "Fourie 2019's 4-layer feed-forward net")
 

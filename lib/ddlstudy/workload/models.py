@@ -400,6 +400,113 @@ class GoogLeNet(nn.Module):
         return self.fc(self.dropout(torch.flatten(self.avgpool(x), 1)))
 
 
+# ---------------------------------------------------------------------------------- Inception v3
+def _cbr(cin: int, cout: int, kernel: int | tuple[int, int], stride: int = 1,
+         padding: int | tuple[int, int] = 0) -> BasicConv2d:
+    """A conv-BN-ReLU whose kernel may be rectangular (Inception v3's factorised 1x7 / 7x1)."""
+    m = BasicConv2d(cin, cout, 1)
+    m.conv = nn.Conv2d(cin, cout, kernel, stride, padding, bias=False)  # type: ignore[arg-type]
+    return m
+
+
+class _Concat(nn.Module):
+    """Branches run on the same input, outputs concatenated along channels."""
+
+    def __init__(self, *branches: nn.Module) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([b(x) for b in self.branches], 1)
+
+
+class _SplitPair(nn.Module):
+    """Inception v3's E-block tail: one input into a 1x3 and a 3x1 conv, concatenated."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.a = _cbr(c, 384, (1, 3), padding=(0, 1))
+        self.b = _cbr(c, 384, (3, 1), padding=(1, 0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.a(x), self.b(x)], 1)
+
+
+def _v3_a(cin: int, pool: int) -> nn.Module:
+    return _Concat(_cbr(cin, 64, 1),
+                   nn.Sequential(_cbr(cin, 48, 1), _cbr(48, 64, 5, padding=2)),
+                   nn.Sequential(_cbr(cin, 64, 1), _cbr(64, 96, 3, padding=1),
+                                 _cbr(96, 96, 3, padding=1)),
+                   nn.Sequential(nn.AvgPool2d(3, 1, 1), _cbr(cin, pool, 1)))
+
+
+def _v3_b(cin: int) -> nn.Module:
+    return _Concat(_cbr(cin, 384, 3, 2),
+                   nn.Sequential(_cbr(cin, 64, 1), _cbr(64, 96, 3, padding=1),
+                                 _cbr(96, 96, 3, 2)),
+                   nn.MaxPool2d(3, 2))
+
+
+def _v3_c(cin: int, c7: int) -> nn.Module:
+    r, c = (1, 7), (7, 1)
+    pr, pc = (0, 3), (3, 0)
+    return _Concat(_cbr(cin, 192, 1),
+                   nn.Sequential(_cbr(cin, c7, 1), _cbr(c7, c7, r, padding=pr),
+                                 _cbr(c7, 192, c, padding=pc)),
+                   nn.Sequential(_cbr(cin, c7, 1), _cbr(c7, c7, c, padding=pc),
+                                 _cbr(c7, c7, r, padding=pr), _cbr(c7, c7, c, padding=pc),
+                                 _cbr(c7, 192, r, padding=pr)),
+                   nn.Sequential(nn.AvgPool2d(3, 1, 1), _cbr(cin, 192, 1)))
+
+
+def _v3_d(cin: int) -> nn.Module:
+    return _Concat(nn.Sequential(_cbr(cin, 192, 1), _cbr(192, 320, 3, 2)),
+                   nn.Sequential(_cbr(cin, 192, 1), _cbr(192, 192, (1, 7), padding=(0, 3)),
+                                 _cbr(192, 192, (7, 1), padding=(3, 0)), _cbr(192, 192, 3, 2)),
+                   nn.MaxPool2d(3, 2))
+
+
+def _v3_e(cin: int) -> nn.Module:
+    return _Concat(_cbr(cin, 320, 1),
+                   nn.Sequential(_cbr(cin, 384, 1), _SplitPair(384)),
+                   nn.Sequential(_cbr(cin, 448, 1), _cbr(448, 384, 3, padding=1),
+                                 _SplitPair(384)),
+                   nn.Sequential(nn.AvgPool2d(3, 1, 1), _cbr(cin, 192, 1)))
+
+
+class InceptionV3(nn.Module):
+    """Inception v3 (Szegedy 2016) as torchvision and tf_cnn_benchmarks' `inception3` build it,
+    without the auxiliary head (23.8M params): the Horovod README's and paper's third model,
+    here so the step model can predict their published points (its gradient sizes).
+
+    Small inputs: the stem's stride-2 conv and both max-pools are dropped (stride 1, padded),
+    so the A / C / E blocks run at 32 / 15 / 7 pixels on CIFAR.
+    """
+
+    def __init__(self, in_shape: Sequence[int] = (3, 299, 299), num_classes: int = 1000,
+                 dropout: float = 0.5) -> None:
+        super().__init__()
+        c = in_shape[0]
+        small = _is_small(in_shape)
+        pool: Callable[[], nn.Module] = nn.Identity if small else (lambda: nn.MaxPool2d(3, 2))
+        self.stem = nn.Sequential(
+            _cbr(c, 32, 3, 1 if small else 2, 1 if small else 0),
+            _cbr(32, 32, 3, padding=1 if small else 0), _cbr(32, 64, 3, padding=1), pool(),
+            _cbr(64, 80, 1), _cbr(80, 192, 3, padding=1 if small else 0), pool())
+        self.blocks = nn.Sequential(
+            _v3_a(192, 32), _v3_a(256, 64), _v3_a(288, 64), _v3_b(288),
+            _v3_c(768, 128), _v3_c(768, 160), _v3_c(768, 160), _v3_c(768, 192),
+            _v3_d(768), _v3_e(1280), _v3_e(2048))
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.dropout = nn.Dropout(dropout)
+        self.fc = nn.Linear(2048, num_classes)
+        _init_cnn(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.avgpool(self.blocks(self.stem(x)))
+        return self.fc(self.dropout(torch.flatten(x, 1)))
+
+
 # ----------------------------------------------------------------------------- Pani / Fourie 2019
 class ShallowCNN(nn.Module):
     """Pani's shallow MNIST CNN: conv(20, 5x5) -> pool -> conv(50, 5x5) -> pool -> FC 800
@@ -494,6 +601,7 @@ vgg16 = _vgg("vgg16")
 vgg19 = _vgg("vgg19")
 resnet18 = _resnet(BasicBlock, [2, 2, 2, 2])
 resnet50 = _resnet(Bottleneck, [3, 4, 6, 3])
+resnet101 = _resnet(Bottleneck, [3, 4, 23, 3])
 resnet152 = _resnet(Bottleneck, [3, 8, 36, 3])
 
 

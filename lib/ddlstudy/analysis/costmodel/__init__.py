@@ -41,6 +41,7 @@ from ddlstudy.analysis.costmodel.cells import (
 )
 from ddlstudy.analysis.costmodel.checks import (
     FIT_CONFIGURATION,
+    data_path,
     held_out_by_configuration,
     multi_node,
     placement_of,
@@ -105,7 +106,8 @@ __all__ = [
     "RecordsError", "RegimeMap", "StepTime",
     "Tiers", "Validation",
     "_cell_step", "_nnls", "_usable", "allreduce_step", "bucket_layout", "fit", "fit_alpha",
-    "fit_constants", "gradient_bytes", "held_out_by_configuration", "hierarchical_traffic",
+    "fit_constants", "data_path", "gradient_bytes", "held_out_by_configuration",
+    "hierarchical_traffic",
     "load_sensitivity", "repeat_table",
     "main", "node_nic_traffic", "predict", "predict_network", "predict_point",
     "predict_published", "predict_step", "predict_table", "prediction_error_table",

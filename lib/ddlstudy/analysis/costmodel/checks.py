@@ -201,6 +201,17 @@ def placement_of(point: catalog.PublishedPoint) -> str:
     return "variable" if "TensorFlow" in point.framework else "even"
 
 
+def data_path(point: catalog.PublishedPoint) -> str:
+    """The stack the point's gradients took, from its framework text: the step model charges
+    links, not host copies, so its misses differ by path (the validate output splits them)."""
+    text = point.framework.lower()
+    if point.strategy == "ps":
+        return "parameter servers"
+    if "on cpu" in text:
+        return "all-reduce on CPU"
+    return "all-reduce on GPU"
+
+
 def predict_point(point: catalog.PublishedPoint, c: Constants = SETTINGS_ALONE,
                   sizes: Sequence[int] | None = None) -> dict[str, Any]:
     """One published point predicted from its testbed's settings (analytic). Allreduce points:
@@ -216,7 +227,8 @@ def predict_point(point: catalog.PublishedPoint, c: Constants = SETTINGS_ALONE,
     row: dict[str, Any] = {"point_id": point.point_id, "source": point.source_key,
                            "citation": point.citation.split(",")[0], "model": point.study_model,
                            "gpus": point.gpus, "gpus_per_node": point.gpus_per_node,
-                           "strategy": point.strategy, "metric": point.metric,
+                           "strategy": point.strategy, "path": data_path(point),
+                           "metric": point.metric,
                            "published": point.value, "predicted": math.nan,
                            "rel_error": math.nan, "assumed": point.assumed}
     compute, compute_why = _compute(point, tb)

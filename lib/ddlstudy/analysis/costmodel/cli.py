@@ -97,6 +97,9 @@ def _validate(dirs: list[str]) -> int:
     for src, part in done[multi].groupby("source"):
         print(f"#   {src}, multi-node: {len(part)} points, median relative error "
               f"{part['rel_error'].abs().median():.3f} (signed {part['rel_error'].median():+.2f})")
+    for path, part in done[multi].groupby("path"):
+        print(f"#   multi-node, {path}: {len(part)} points, median relative error "
+              f"{part['rel_error'].abs().median():.3f} (signed {part['rel_error'].median():+.2f})")
     for label, part in (("multi-node points (inter-node tier)", done[multi]),
                         ("single-node points (intra-node tier only)", done[~multi])):
         print(f"#   {label}: {len(part)} points, median relative error "
