@@ -262,9 +262,9 @@ def test_chapter03_runs_its_grid_on_a_named_testbed(own_profiles):
     plain = ch03.plan(StudyParams.model_validate({"training": {"models": ["resnet50"]}}),
                       "resnet50", emulated=True)
     assert plain.testbed is None and plain.reference_name == plain.name
-    with pytest.raises(ValueError, match="no compute row for model 'vgg19'"):
+    with pytest.raises(ValueError, match="no compute row for model 'googlenet'"):
         StudyParams.model_validate({"network": {"chapter03_testbed": "shi2019",
-                                                "chapter03_models": ["vgg19"]}})
+                                                "chapter03_models": ["googlenet"]}})
 
 
 def test_claim_rows_name_the_rate_the_emulator_shaped():
