@@ -315,7 +315,10 @@ class ResNet(nn.Module):
 
 # ------------------------------------------------------------------------------------- GoogLeNet
 class BasicConv2d(nn.Module):
-    def __init__(self, cin: int, cout: int, kernel_size: int, stride: int = 1, padding: int = 0):
+    """Conv (no bias) -> BatchNorm -> ReLU; kernels may be rectangular (Inception v3's 1x7)."""
+
+    def __init__(self, cin: int, cout: int, kernel_size: int | tuple[int, int], stride: int = 1,
+                 padding: int | tuple[int, int] = 0):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, kernel_size, stride, padding, bias=False)
         self.bn = nn.BatchNorm2d(cout, eps=0.001)
@@ -401,12 +404,7 @@ class GoogLeNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------------- Inception v3
-def _cbr(cin: int, cout: int, kernel: int | tuple[int, int], stride: int = 1,
-         padding: int | tuple[int, int] = 0) -> BasicConv2d:
-    """A conv-BN-ReLU whose kernel may be rectangular (Inception v3's factorised 1x7 / 7x1)."""
-    m = BasicConv2d(cin, cout, 1)
-    m.conv = nn.Conv2d(cin, cout, kernel, stride, padding, bias=False)  # type: ignore[arg-type]
-    return m
+_cbr = BasicConv2d  # conv-BN-ReLU, short for the Inception v3 tables below
 
 
 class _Concat(nn.Module):
