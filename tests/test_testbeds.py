@@ -277,3 +277,17 @@ def test_claim_rows_name_the_rate_the_emulator_shaped():
     assert "100 Gb/s links (IB-EDR: one of its 4 x 100 Gb/s ports per node)" in ib
     assert "400" not in ib
     assert "2 Gb/s links, 1 GPU(s) per node" in claims.emulated_testbed_label("shi2019")
+
+
+def test_a_converted_compute_row_is_named_in_the_claims_testbed_label():
+    """Shi 2019's VGG19 K80 step is converted from VGG16's (no published measurement): rows
+    drawn on that testbed say so; a testbed without converted rows does not."""
+    from ddlstudy import claims
+
+    row = next(r for r in tb.testbed("shi2019").compute if r.model == "vgg19")
+    assert row.source.startswith("Converted")
+    assert abs(row.step_s / next(r.step_s for r in tb.testbed("shi2019").compute
+                                 if r.model == "vgg16") - 1129.65 / 920.21) < 1e-9
+    assert "(vgg19: step converted from another model's row, not measured)" in \
+        claims.emulated_testbed_label("shi2019")
+    assert "converted" not in claims.emulated_testbed_label("wang_nchc_ib")

@@ -39,7 +39,8 @@ def emulated_testbed_label(name: str) -> str:
     """The `testbed` a claim row names for cells emulated on catalog testbed `name`: device,
     the rate per node the emulator shaped (the study profile the testbed names, else its own
     node rate) and GPUs per node. Where the testbed's node has more than the profile's one port
-    (Wang (NCHC)'s 4 x 100 Gb/s HCAs), the label says one was emulated."""
+    (Wang (NCHC)'s 4 x 100 Gb/s HCAs), the label says one was emulated; models whose compute
+    row is converted (not measured on the device) are named."""
     from ddlstudy.network.profiles import PROFILES
     from ddlstudy.testbeds import catalog, emulation
 
@@ -50,7 +51,10 @@ def emulated_testbed_label(name: str) -> str:
     if link.profile and link.node_rate_bps and abs(link.node_rate_bps - rate) > 1:
         links += (f" ({link.profile}: one of its {link.nics_per_node} x "
                   f"{float(link.rate_bps or 0) / 1e9:g} Gb/s ports per node)")
-    return (f"emulated testbed {name}: {tb.device.value} replayed, {links}, "
+    converted = sorted({r.model for r in tb.compute if r.source.lower().startswith("converted")})
+    note = (f" ({', '.join(converted)}: step converted from another model's row, not measured)"
+            if converted else "")
+    return (f"emulated testbed {name}: {tb.device.value} replayed{note}, {links}, "
             f"{tb.gpus_per_node.value} GPU(s) per node")
 NOT_MEASURED, SET_BY_CONFIG = "not measured", "set by configuration"
 KINDS = ("direction", "equivalence", "magnitude")
