@@ -418,16 +418,9 @@ class _Concat(nn.Module):
         return torch.cat([b(x) for b in self.branches], 1)
 
 
-class _SplitPair(nn.Module):
+def _split_pair(c: int) -> nn.Module:
     """Inception v3's E-block tail: one input into a 1x3 and a 3x1 conv, concatenated."""
-
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.a = _cbr(c, 384, (1, 3), padding=(0, 1))
-        self.b = _cbr(c, 384, (3, 1), padding=(1, 0))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.a(x), self.b(x)], 1)
+    return _Concat(_cbr(c, 384, (1, 3), padding=(0, 1)), _cbr(c, 384, (3, 1), padding=(1, 0)))
 
 
 def _v3_a(cin: int, pool: int) -> nn.Module:
@@ -466,9 +459,9 @@ def _v3_d(cin: int) -> nn.Module:
 
 def _v3_e(cin: int) -> nn.Module:
     return _Concat(_cbr(cin, 320, 1),
-                   nn.Sequential(_cbr(cin, 384, 1), _SplitPair(384)),
+                   nn.Sequential(_cbr(cin, 384, 1), _split_pair(384)),
                    nn.Sequential(_cbr(cin, 448, 1), _cbr(448, 384, 3, padding=1),
-                                 _SplitPair(384)),
+                                 _split_pair(384)),
                    nn.Sequential(nn.AvgPool2d(3, 1, 1), _cbr(cin, 192, 1)))
 
 
