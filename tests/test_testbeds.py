@@ -291,3 +291,26 @@ def test_a_converted_compute_row_is_named_in_the_claims_testbed_label():
     assert "(vgg19: step converted from another model's row, not measured)" in \
         claims.emulated_testbed_label("shi2019")
     assert "converted" not in claims.emulated_testbed_label("wang_nchc_ib")
+    # a row drawn from one model's cells names only its own row's conversion
+    assert "converted" in claims.emulated_testbed_label("shi2019", ["vgg19"])
+    assert "converted" not in claims.emulated_testbed_label("shi2019", ["vgg16"])
+
+
+def test_only_the_converted_models_claim_rows_say_so():
+    """Shi 2019's claim rows on its K80 testbed: the VGG19 rows carry the converted note, the
+    VGG16 rows drawn from the same testbed's cells do not."""
+    import pandas as pd
+
+    from ddlstudy.claims import shi2019
+
+    def cells(model: str) -> pd.DataFrame:
+        return pd.DataFrame({"testbed": "shi2019", "model": model, "strategy": "allreduce",
+                             "workers": [1, 6], "images_per_sec": [10.0, 30.0]})
+
+    part = pd.concat([cells("vgg16"), cells("vgg19")], ignore_index=True)
+    groups = shi2019._by_label("shi2019", part)
+    assert len(groups) == 2
+    by_model = {tuple(sorted(rows["model"].unique())): bed for bed, _, rows in groups}
+    assert "converted" in by_model[("vgg19",)]
+    assert "converted" not in by_model[("vgg16",)]
+    assert all(col for _, col, _ in groups)  # both stand for the paper's testbed

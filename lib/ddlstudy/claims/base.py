@@ -16,7 +16,7 @@ different r are independent too.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,12 +35,13 @@ TESTBED_NONE = "none: not measured"
 REPRODUCTION, UPDATE = "reproduction", "update"
 
 
-def emulated_testbed_label(name: str) -> str:
+def emulated_testbed_label(name: str, models: Iterable[str] | None = None) -> str:
     """The `testbed` a claim row names for cells emulated on catalog testbed `name`: device,
     the rate per node the emulator shaped (the study profile the testbed names, else its own
     node rate) and GPUs per node. Where the testbed's node has more than the profile's one port
-    (Wang (NCHC)'s 4 x 100 Gb/s HCAs), the label says one was emulated; models whose compute
-    row is converted (not measured on the device) are named."""
+    (Wang (NCHC)'s 4 x 100 Gb/s HCAs), the label says one was emulated. Models whose compute
+    row is converted (not measured on the device) are named: those among `models` (the row's
+    own), or every such model of the testbed when `models` is None."""
     from ddlstudy.network.profiles import PROFILES
     from ddlstudy.testbeds import catalog, emulation
 
@@ -51,7 +52,9 @@ def emulated_testbed_label(name: str) -> str:
     if link.profile and link.node_rate_bps and abs(link.node_rate_bps - rate) > 1:
         links += (f" ({link.profile}: one of its {link.nics_per_node} x "
                   f"{float(link.rate_bps or 0) / 1e9:g} Gb/s ports per node)")
-    converted = sorted({r.model for r in tb.compute if r.source.lower().startswith("converted")})
+    wanted = None if models is None else set(models)
+    converted = sorted({r.model for r in tb.compute if r.source.lower().startswith("converted")
+                        and (wanted is None or r.model in wanted)})
     note = (f" ({', '.join(converted)}: step converted from another model's row, not measured)"
             if converted else "")
     return (f"emulated testbed {name}: {tb.device.value} replayed{note}, {links}, "

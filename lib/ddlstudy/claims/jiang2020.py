@@ -48,14 +48,14 @@ CONDITIONS = ("the paper: GPU machines plus spare CPU machines and bandwidth in 
 SRC = "bytes counted by ddlstudy's Comm per worker per step (chapter 03)"
 
 
-def _testbed(name: str, chapter: str) -> str:
-    """The testbed label of one chapter 03 section: the host, today's H100 replay ('none'), or
-    a catalog testbed replayed on emulated links."""
+def _testbed(name: str, chapter: str, model: str) -> str:
+    """The testbed label of one chapter 03 section's `model` rows: the host, today's H100
+    replay ('none'), or a catalog testbed replayed on emulated links."""
     if chapter == CH03:
         return claims.TESTBED_HOST
     if name in ("", "none", "nan"):
         return claims.TESTBED_EMULATED
-    return claims.emulated_testbed_label(name)
+    return claims.emulated_testbed_label(name, [model])
 
 
 def _sections(rec: Records) -> list[tuple[str, str, pd.DataFrame]]:
@@ -82,7 +82,7 @@ def _colocated_over_ring(rec: Records) -> list[Measurement]:
         for model, part in counted.groupby("model"):
             if COLOCATED not in set(part["strategy"]):
                 continue
-            bed = _testbed(name, ch)
+            bed = _testbed(name, ch, str(model))
             for n in sorted(int(w) for w in part.loc[part["strategy"] == COLOCATED, "workers"]
                             .unique() if int(w) >= 2):
                 a = runs(part, BYTES, strategy=COLOCATED, workers=n)

@@ -17,6 +17,7 @@ the bytes counted on the wire per step times the steps per second.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -46,9 +47,10 @@ PS = "ps_sync"
 SRC07 = "emulated; bytes counted on the wire (chapter 07)"
 
 
-def _testbed_label(name: str) -> tuple[str, str]:
-    """(testbed label, column) of an emulated chapter 03 grid run on testbed `name` ('none':
-    the study's own H100 replay, today's device: the update; '' column: another paper's)."""
+def _testbed_label(name: str, models: Iterable[str] = ()) -> tuple[str, str]:
+    """(testbed label, column) of an emulated chapter 03 grid of `models` run on testbed
+    `name` ('none': the study's own H100 replay, today's device: the update; '' column:
+    another paper's)."""
     if name in ("", "none", "nan"):
         return claims.TESTBED_EMULATED, claims.UPDATE
     from ddlstudy.testbeds import catalog
@@ -58,7 +60,18 @@ def _testbed_label(name: str) -> tuple[str, str]:
     tb = catalog.testbed(name)
     column = (claims.REPRODUCTION if tb.paper == PAPER
               else claims.UPDATE if tb.paper == "today" else "")
-    return claims.emulated_testbed_label(name), column
+    return claims.emulated_testbed_label(name, models), column
+
+
+def _by_label(name: str, part: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(label, column, rows) of testbed `name`'s cells, one group per distinct label: a model
+    whose compute row is converted gets its own, so only its rows say so (every row is drawn
+    from one model's cells)."""
+    if "model" not in part or part.empty:
+        return [(*_testbed_label(name), part)]
+    labels = {m: _testbed_label(name, [str(m)]) for m in part["model"].unique()}
+    return [(bed, col, part[part["model"].map(lambda m, b=bed: labels[m][0] == b)])
+            for bed, col in dict.fromkeys(labels.values())]
 
 
 def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str, str]]:
@@ -73,10 +86,10 @@ def _sections(rec: Records) -> list[tuple[str, pd.DataFrame, str, str, str]]:
     if df.empty or "testbed" not in df:
         return [*out, (claims.EMULATED_03, df, src, claims.TESTBED_EMULATED,
                        claims.UPDATE if not df.empty else "")]
-    for name, part in claims.by_testbed(df):
-        bed, column = _testbed_label(name)
-        if column:
-            out.append((claims.EMULATED_03, part, src, bed, column))
+    for name, whole in claims.by_testbed(df):
+        for bed, column, part in _by_label(name, whole):
+            if column:
+                out.append((claims.EMULATED_03, part, src, bed, column))
     return out
 
 
