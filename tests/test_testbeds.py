@@ -314,3 +314,15 @@ def test_only_the_converted_models_claim_rows_say_so():
     assert "converted" in by_model[("vgg19",)]
     assert "converted" not in by_model[("vgg16",)]
     assert all(col for _, col, _ in groups)  # both stand for the paper's testbed
+
+
+def test_pani_cross_model_row_names_a_conversion_only_of_the_models_it_compares():
+    """Pani's ratio compares two models of one testbed: its label names a converted compute row
+    only when one of the two is that model; the host and today's labels pass through."""
+    from ddlstudy import claims
+    from ddlstudy.claims import pani
+
+    assert "vgg19: step converted" in pani._bed_label("shi2019", ["alexnet", "vgg19"])
+    assert "converted" not in pani._bed_label("shi2019", ["alexnet", "resnet152"])
+    assert pani._bed_label(claims.TESTBED_HOST, ["a", "b"]) == claims.TESTBED_HOST
+    assert pani._bed_label("elsewhere", ["a"]) == "emulated testbed elsewhere"

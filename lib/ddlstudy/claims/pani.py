@@ -240,16 +240,28 @@ def _ratio(rec: Records) -> list[Measurement]:
             if part.empty or part["model"].nunique() < 2:
                 continue
             found = True
-            rows.append(_one_ratio(part, ch, bed if tb == "none" else f"emulated testbed {tb}",
+            rows.append(_one_ratio(part, ch, bed if tb == "none" else tb,
                                    "" if tb == "none" else f"testbed {tb}: "))
         if not found:
             rows.append(Measurement(ch, missing=rec.missing(ch, need), chapter=ch, testbed=bed))
     return rows
 
 
+def _bed_label(bed: str, models: list[str]) -> str:
+    """A catalog testbed's claim label for the rows of `models` (their converted compute rows
+    named), else `bed` as it is (the host, today's H100 replay, a testbed not in the catalog)."""
+    from ddlstudy.testbeds import catalog
+
+    if bed not in catalog.names():
+        return bed if bed in (claims.TESTBED_HOST, claims.TESTBED_EMULATED) else \
+            f"emulated testbed {bed}"
+    return claims.emulated_testbed_label(bed, models)
+
+
 def _one_ratio(ring: pd.DataFrame, ch: str, bed: str, prefix: str) -> Measurement:
     """Ring comm/compute of the least-compute model over the most-compute one, run by run, on
-    one testbed's cells at its top worker count."""
+    one testbed's cells at its top worker count (`bed`: its label, or a catalog testbed's
+    name, labelled here with the two models' rows)."""
     # the model's own compute (replayed: the table's seconds) orders the models, not the
     # measured wait, which a loaded host stretches (AlexNet's 0.4 s read 0.9-1.8 s at load 20)
     key = ("replay_s" if "replay_s" in ring and ring["replay_s"].notna().all()
@@ -263,7 +275,8 @@ def _one_ratio(ring: pd.DataFrame, ch: str, bed: str, prefix: str) -> Measuremen
     vals = per_run(lambda s, b: s / b, cc(small), cc(big))
     top = int(ring["workers"].iloc[0])
     return Measurement(f"{prefix}ring comm/compute at {top} workers: {small} (least "
-                       f"compute) / {big} (most)", vals, chapter=ch, testbed=bed,
+                       f"compute) / {big} (most)", vals, chapter=ch,
+                       testbed=_bed_label(bed, [small, big]),
                        source="measured" if ch == CH03 else "emulated")
 
 
