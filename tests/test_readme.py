@@ -27,6 +27,22 @@ def test_readme_is_short_and_has_its_figure():
     assert (REPO / readme.FIGURE).exists()
 
 
+def test_the_answer_is_a_paragraph_and_every_decided_row_is_on_the_results_page():
+    """The README's answer counts each claim's rows (a clause per claim, not per row), so it
+    stays readable as rows are added; the rows themselves are docs/results.md's table, one line
+    per decided row."""
+    answer = readme.answer(REF)
+    rows = readme._decided_rows(REF)
+    assert len(rows) > 0
+    assert len(answer) <= 8000, f"the answer is {len(answer)} characters: keep it a paragraph"
+    assert f"Chapter 99 decides {len(rows)} rows" in answer
+    assert answer.count("'s \"") == len(rows.groupby(["paper", "claim"]))
+    table = readme.decided_rows(REF)
+    lines = [x for x in table.splitlines() if x.startswith("| ")]
+    assert len(lines) == len(rows) + 1  # the header, then one line per row
+    assert all(x.count("|") == lines[0].count("|") for x in lines)  # no cell broke a row
+
+
 def test_a_changed_record_changes_the_answer(tmp_path):
     ref = tmp_path / "reference"
     for folder in REF.glob(f"{readme.EMULATED_03}*"):

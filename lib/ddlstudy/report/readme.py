@@ -2,9 +2,9 @@
 
 `python -m ddlstudy.report.readme` rewrites the blocks between `<!-- generated:NAME -->` and
 `<!-- end:NAME -->` in README.md and docs/results.md (the answer, the reference table, the
-verdicts, the chapter table) and redraws the README's figure; `--check` exits 1 when the pages
-and the records disagree (tests/test_readme.py checks the same). Each block says where its
-numbers come from.
+verdicts, every decided row, the chapter table) and redraws the README's figure; `--check`
+exits 1 when the pages and the records disagree (tests/test_readme.py checks the same). Each
+block says where its numbers come from.
 """
 
 from __future__ import annotations
@@ -115,34 +115,67 @@ def answer(ref: Path) -> str:
         + (f"Cells hold {lo_runs}-{hi_runs} independent runs (medians above); chapter 99 "
            "decides a claim only from >= 5. " if lo_runs != hi_runs else
            f"Each cell holds {lo_runs} independent run{'s' if lo_runs > 1 else ''}. ")
-        + decided(ref)
-        + f"Source: {provenance(ref)}.")
+        + f"Source: {provenance(ref)}. "
+        + decided(ref)).rstrip()
 
 
-def decided(ref: Path) -> str:
-    """The claims chapter 99 decides on the reference records, each with its number, interval,
-    margins and runs (a sentence per claim; '' when none is decided)."""
+def _decided_rows(ref: Path) -> pd.DataFrame:
+    """The rows of chapter 99's claims table that draw a verdict (agrees / differs)."""
     from ddlstudy.claims.engine import DECIDED, claims_table
 
     table = claims_table(ref)
-    rows = table[table["verdict"].isin(DECIDED)]
-    def interval(r: Any) -> str:  # an exact result (the same in every run) has no interval
+    return table[table["verdict"].isin(DECIDED)]
+
+
+_WHERE = {"reproduction": "the paper's own testbed", "update": "today's"}
+
+
+def decided(ref: Path) -> str:
+    """One clause per claim chapter 99 decides on the reference records: how many of its rows
+    agree or differ, and how many of those stand for the paper's own testbed and for today's
+    ('' when none is decided). The rows themselves, each with its number, interval and
+    margins, are `decided_rows`' table (docs/results.md)."""
+    rows = _decided_rows(ref)
+    if rows.empty:
+        return ""
+    parts = []
+    for (paper, claim), part in rows.groupby(["paper", "claim"], sort=False):
+        clauses = []
+        for verdict, group in part.groupby("verdict", sort=False):
+            n = len(group)
+            cols = group["column"].fillna("").astype(str)
+            where = [f"{int((cols == c).sum())} on {w}" for c, w in _WHERE.items()
+                     if (cols == c).any()]
+            clauses.append(f"{verdict} on {n} row{'s' if n > 1 else ''}"
+                           + (f" ({', '.join(where)})" if where else ""))
+        parts.append(f"{paper}'s \"{claim}\" {', '.join(clauses)}")
+    return (f"Chapter 99 decides {len(rows)} rows on all of `results/reference` (each row's "
+            "number, interval, margins and testbed: docs/results.md): " + "; ".join(parts)
+            + ".")
+
+
+def decided_rows(ref: Path) -> str:
+    """Every decided row as a table: the claim, the row's own subject, its value with its
+    interval (or 'exact in all N runs'), the margins fixed before the run, runs, testbed and
+    verdict."""
+    rows = _decided_rows(ref)
+    if rows.empty:
+        return "No claim is decided on these records.\n"
+
+    def value(r: Any) -> str:  # an exact result (the same in every run) has no interval
         if r.method == "exact":
             return f"{r.value:.3g}, exact in all {int(r.runs)} runs"
         return f"{r.value:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
 
-    repeated = set(rows["claim_id"][rows["claim_id"].duplicated()]) if len(rows) else set()
+    def subject(r: Any) -> str:  # the row's own part of the quantity: "[alexnet: ...]"
+        own = str(r.quantity).split(" [", 1)
+        return own[1].rstrip("]") if len(own) == 2 else ""
 
-    def which(r: Any) -> str:  # a claim decided on several rows: each names its own row
-        own = r.quantity.split(" [", 1)
-        return (f", {own[1].split(',')[0].rstrip(']')}" if r.claim_id in repeated
-                and len(own) == 2 else "")
-
-    parts = [f"{r.paper}'s \"{r.claim}\" {r.verdict} ({r.quantity.split(' [')[0]}{which(r)}: "
-             f"{interval(r)} against "
-             f"[{r.margin_low:.3g}, {r.margin_high:.3g}], {int(r.runs)} runs, {r.testbed})"
-             for r in rows.itertuples()]
-    return ("Decided on these records: " + "; ".join(parts) + ". ") if parts else ""
+    out = [{"paper": r.paper, "claim": r.claim, "row": subject(r), "value [interval]": value(r),
+            "margins": f"[{r.margin_low:.3g}, {r.margin_high:.3g}]", "runs": int(r.runs),
+            "testbed": r.testbed, "verdict": r.verdict} for r in rows.itertuples()]
+    return (markdown_table(out) + "\nEach row's quantity and reason: `python -m "
+            "ddlstudy.conclusions table results/reference`.\n")
 
 
 def verdicts(ref: Path) -> str:
@@ -177,6 +210,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "reference": lambda ref: markdown_table(ratio_table(reference_cells(ref)).to_dict("records"))
     + f"\n{provenance(ref)}; images/sec are cluster-equivalent (x the time dilation).\n",
     "verdicts": verdicts,
+    "decided_rows": decided_rows,
     "chapters": lambda ref: markdown_table(chapter_rows()),
 }
 
