@@ -91,3 +91,21 @@ def test_chapter_table_lists_every_registered_chapter():
 
     table = readme.BLOCKS["chapters"](REF)
     assert all(f"`{name}`" in table for name in CHAPTER_NAMES)
+
+
+def test_the_papers_own_testbed_has_its_sentence_from_its_cells(tmp_path):
+    """The answer states the comparison on Shi 2019's own testbed from that testbed's cells: a
+    changed cell changes the sentence; without such cells there is no sentence."""
+    assert readme.testbed_answer(tmp_path) == ""
+    ref = tmp_path / "reference"
+    for folder in REF.glob(f"{readme.TESTBED_03}shi2019-*"):
+        shutil.copytree(folder, ref / folder.name, ignore=shutil.ignore_patterns("runs"))
+    before = readme.testbed_answer(ref)
+    assert before.startswith("On Shi 2019's own testbed (emulated testbed shi2019")
+    assert "that at 3" in before and "of 6 x one worker" in before
+    summary = ref / f"{readme.TESTBED_03}shi2019-alexnet" / "summary.csv"
+    df = pd.read_csv(summary)
+    ps6 = (df["strategy"] == "ps_sync") & (df["workers"] == 6)
+    df.loc[ps6, "images_per_sec_cluster"] *= 3
+    df.to_csv(summary, index=False)
+    assert readme.testbed_answer(ref) != before

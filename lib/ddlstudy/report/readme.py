@@ -44,6 +44,65 @@ def reference_cells(ref: Path) -> pd.DataFrame:
                    runs=("images_per_sec_cluster", "size")))
 
 
+TESTBED_03 = "03_ps_vs_ring-testbed-"
+
+
+def testbed_answer(ref: Path, name: str = "shi2019") -> str:
+    """The same comparison on a paper's own testbed (chapter 03's `03_ps_vs_ring-testbed-<name>-*`
+    cells): the one-server PS's images/sec at 6 workers over at 3, the ring's scaling efficiency
+    at its top worker count, and ring / PS at the top count both ran, from the medians over each
+    cell's runs ('' when the reference holds no such cells)."""
+    from ddlstudy.claims import emulated_testbed_label
+
+    frames = [pd.read_csv(p / "summary.csv") for p in sorted(ref.glob(f"{TESTBED_03}{name}-*"))
+              if (p / "summary.csv").exists()]
+    if not frames:
+        return ""
+    df = pd.concat(frames, ignore_index=True)
+    df = df[df["error"].isna() | (df["error"].astype(str) == "")]
+    cells = (df.groupby(["model", "strategy", "workers"])["images_per_sec_cluster"]
+               .agg(["median", "size"]))
+    med = cells["median"]
+    levels, eff, ring_ps = [], [], []
+    for model in sorted(df["model"].unique()):
+        ps = med.get((model, "ps_sync"))
+        ring = med.get((model, "allreduce"))
+        if ps is not None and {3, 6} <= set(ps.index):
+            levels.append(ps[6] / ps[3])
+        if ring is not None and 1 in ring.index and ring.index.max() > 1:
+            top = int(ring.index.max())
+            eff.append((ring[top] / (top * ring[1]), top))
+        if ps is not None and ring is not None and 6 in ps.index and 6 in ring.index:
+            ring_ps.append(ring[6] / ps[6])
+    scale = _range(df["network_scale"].dropna(), ".2g") if "network_scale" in df else "?"
+    lat = ""
+    if ({"latency_emulated_s", "network_scale"} <= set(df)
+            and df["latency_emulated_s"].notna().any()):
+        dilated = float(df["latency_emulated_s"].median())
+        lat = (f", {dilated * float(df['network_scale'].median()) * 1e6:.0f} us one-way latency "
+               f"({dilated * 1e6:.0f} us at the scale) emulated in the transport")
+    parts = []
+    if levels:
+        parts.append(f"the one-server PS's images/sec at 6 workers was "
+                     f"{min(levels):.2f}-{max(levels):.2f}x that at 3 ({len(levels)} models)")
+    if eff:
+        tops = sorted({t for _, t in eff})
+        parts.append(f"the ring reached {min(e for e, _ in eff):.2f}-{max(e for e, _ in eff):.2f}"
+                     f" of {'/'.join(map(str, tops))} x one worker ({len(eff)} models)")
+    if ring_ps:
+        parts.append(f"at 6 workers the ring delivered {min(ring_ps):.1f}-{max(ring_ps):.1f}x "
+                     f"the PS ({len(ring_ps)} models)")
+    if not parts:
+        return ""
+    runs = _range(cells["size"], ".0f")
+    from ddlstudy.testbeds import catalog
+
+    return (f"On {catalog.testbed(name).paper}'s own testbed ({emulated_testbed_label(name)}, "
+            f"links scaled x{scale}{lat}; ImageNet 224x224, batch 32 per worker), "
+            + "; ".join(parts) + f" (medians of {runs} independent runs per cell, "
+            f"`results/reference/{TESTBED_03}{name}-*`). ")
+
+
 def provenance(ref: Path) -> str:
     """When, where and by which code the reference cells' runs were measured (every run's own
     meta.json: a cell can hold runs of several sittings)."""
@@ -116,6 +175,7 @@ def answer(ref: Path) -> str:
            "decides a claim only from >= 5. " if lo_runs != hi_runs else
            f"Each cell holds {lo_runs} independent run{'s' if lo_runs > 1 else ''}. ")
         + f"Source: {provenance(ref)}. "
+        + testbed_answer(ref)
         + decided(ref)).rstrip()
 
 
