@@ -243,6 +243,61 @@ def test_traffic_reads_chapter_07_frameworks(tmp_path: Path, no_reference) -> No
         assert ("(6/2 x at 2)" if "ps" in cid else "at 2]") in row["quantity"]
 
 
+# --- a ring worker's link use --------------------------------------------------------------
+
+def _ring_link(run: Path, use: float, spread: list[float], testbed: str = "none",
+               gpus_per_node: int = 1) -> dict:
+    """Ring cells at 2 and 6 workers on shaped links (10GbE x 0.01: 12.5 MB/s of the host's
+    time; a testbed's own profile where `testbed` names one) whose wire bytes over comm_s are
+    `use` x that rate, times spread per run."""
+    from ddlstudy.network.profiles import PROFILES
+    from ddlstudy.testbeds import emulation
+
+    network = "10GbE" if testbed == "none" else emulation.profile_for(testbed)
+    scale = 0.01 if testbed == "none" else 0.05
+    rate = PROFILES[network].rate_bps * scale / 8
+    rows = [{"strategy": "allreduce", "workers": n, "model": "resnet50", "repeat": rep,
+             "images_per_sec": 100.0 * n, "batch_size": 32, "compute_s": 1.0,
+             "comm_s": GRAD / (use * f * rate), "wire_bytes_sent_per_step": GRAD,
+             "network": "10GbE" if testbed == "none" else testbed, "network_scale": scale,
+             "gpus_per_node": gpus_per_node, "testbed": testbed, "error": "",
+             "cpu_bound": False} for n in (2, 6) for rep, f in enumerate(spread)]
+    folder = (f"{EMULATED_03}-resnet50" if testbed == "none"
+              else f"03_ps_vs_ring-testbed-{testbed}-resnet50")
+    (run / folder).mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(run / folder / "summary.csv", index=False)
+    return {EMULATED_03: [folder]}
+
+
+@pytest.mark.parametrize(("use", "spread", "verdict"), [
+    (0.92, NOISE, engine.AGREES), (0.5, NOISE, engine.DIFFERS), (0.82, WIDE, engine.INCONCLUSIVE),
+    (0.92, NOISE[:3], engine.INCONCLUSIVE)])
+def test_full_bandwidth_divides_wire_bytes_by_the_shaped_rate(tmp_path: Path, use: float,
+                                                               spread: list[float],
+                                                               verdict: str) -> None:
+    """A ring worker's wire bytes per step over (comm_s x profile rate x scale): near the rate
+    agrees, half of it differs, a wide spread or too few runs decide nothing."""
+    folders = _ring_link(tmp_path, use, spread)
+    (row,) = _emulated_rows(_eval("shi_ring_full_bandwidth", tmp_path, folders))
+    assert row["verdict"] == verdict, row["reason"]
+    assert "at 6 workers" in row["quantity"]
+    if verdict != engine.INCONCLUSIVE:
+        assert abs(row["value"] - use) < 0.02 and row["column"] == UPDATE
+
+
+def test_full_bandwidth_on_shis_testbed_is_the_reproduction_and_skips_shared_node_links(
+        tmp_path: Path) -> None:
+    """On Shi's K80 testbed the row stands for the paper's testbed, at its own 2 Gb/s profile;
+    cells with several GPUs sharing one node link give no row."""
+    folders = _ring_link(tmp_path, 0.9, NOISE, testbed="shi2019")
+    (row,) = _emulated_rows(_eval("shi_ring_full_bandwidth", tmp_path, folders))
+    assert row["column"] == REPRODUCTION and abs(row["value"] - 0.9) < 0.02
+    other = tmp_path / "shared"
+    folders = _ring_link(other, 0.9, NOISE, gpus_per_node=8)
+    rows = _emulated_rows(_eval("shi_ring_full_bandwidth", other, folders))
+    assert all(r["verdict"] == engine.NOT_MEASURED for r in rows)
+
+
 # --- claims the study does not measure -------------------------------------------------------
 
 @pytest.mark.parametrize("claim_id", ["shi_ring_full_bandwidth",
