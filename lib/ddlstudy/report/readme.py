@@ -53,6 +53,7 @@ def testbed_answer(ref: Path, name: str = "shi2019") -> str:
     at its top worker count, and ring / PS at the top count both ran, from the medians over each
     cell's runs ('' when the reference holds no such cells)."""
     from ddlstudy.claims import emulated_testbed_label
+    from ddlstudy.testbeds import catalog
 
     frames = [pd.read_csv(p / "summary.csv") for p in sorted(ref.glob(f"{TESTBED_03}{name}-*"))
               if (p / "summary.csv").exists()]
@@ -95,8 +96,6 @@ def testbed_answer(ref: Path, name: str = "shi2019") -> str:
     if not parts:
         return ""
     runs = _range(cells["size"], ".0f")
-    from ddlstudy.testbeds import catalog
-
     return (f"On {catalog.testbed(name).paper}'s own testbed ({emulated_testbed_label(name)}, "
             f"links scaled x{scale}{lat}; ImageNet 224x224, batch 32 per worker), "
             + "; ".join(parts) + f" (medians of {runs} independent runs per cell, "
@@ -187,24 +186,24 @@ def _decided_rows(ref: Path) -> pd.DataFrame:
     return table[table["verdict"].isin(DECIDED)]
 
 
-_WHERE = {"reproduction": "the paper's own testbed", "update": "today's"}
-
-
 def decided(ref: Path) -> str:
     """One clause per claim chapter 99 decides on the reference records: how many of its rows
     agree or differ, and how many of those stand for the paper's own testbed and for today's
     ('' when none is decided). The rows themselves, each with its number, interval and
     margins, are `decided_rows`' table (docs/results.md)."""
+    from ddlstudy.claims import REPRODUCTION, UPDATE
+
     rows = _decided_rows(ref)
     if rows.empty:
         return ""
+    where_of = {REPRODUCTION: "the paper's own testbed", UPDATE: "today's"}
     parts = []
     for (paper, claim), part in rows.groupby(["paper", "claim"], sort=False):
         clauses = []
         for verdict, group in part.groupby("verdict", sort=False):
             n = len(group)
             cols = group["column"].fillna("").astype(str)
-            where = [f"{int((cols == c).sum())} on {w}" for c, w in _WHERE.items()
+            where = [f"{int((cols == c).sum())} on {w}" for c, w in where_of.items()
                      if (cols == c).any()]
             clauses.append(f"{verdict} on {n} row{'s' if n > 1 else ''}"
                            + (f" ({', '.join(where)})" if where else ""))
