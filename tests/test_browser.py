@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from ddlstudy.report.pdf import chromium_env
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -98,7 +100,7 @@ def chromium(profile: Path) -> Iterator[DevTools]:
     and tests/test_lab_widgets.py both drive it."""
     proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            env=chromium_env(profile), start_new_session=True)
     try:
         port = _devtools_port(proc)
         from urllib.request import urlopen

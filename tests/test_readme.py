@@ -109,3 +109,24 @@ def test_the_papers_own_testbed_has_its_sentence_from_its_cells(tmp_path):
     df.loc[ps6, "images_per_sec_cluster"] *= 3
     df.to_csv(summary, index=False)
     assert readme.testbed_answer(ref) != before
+
+
+def test_one_regeneration_computes_the_claims_table_once_per_records_folder(monkeypatch):
+    """`main` fills the answer, verdicts and decided-rows blocks of both pages from one claims
+    table; each later render reads the records again (an edit between renders is seen)."""
+    from ddlstudy.claims import engine
+
+    calls = []
+
+    def counted(ref):  # the real claims_table, counted
+        calls.append(Path(ref))
+        return real(ref)
+
+    real = engine.claims_table
+    monkeypatch.setattr(engine, "claims_table", counted)
+    assert readme.main(["--check"]) == 0
+    assert calls == [REF]
+    text = "<!-- generated:verdicts -->\n<!-- end:verdicts -->\n"
+    readme.render(text, REF)
+    readme.render(text, REF)
+    assert calls == [REF, REF, REF]  # each later render reads the records again

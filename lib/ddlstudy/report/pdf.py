@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,13 +41,41 @@ def chromium() -> str:
     return found
 
 
+def chromium_env(profile: Path) -> dict[str, str]:
+    """The environment for a Chromium whose profile is `profile`: its own temporary folder inside
+    the profile, so the `org.chromium.Chromium.*` folders it makes (and leaves when it is killed)
+    go away with the profile instead of piling up in the host's /tmp."""
+    tmp = Path(profile) / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp)}
+
+
 def _run_chromium(args: list[str]) -> None:
+    """Run Chromium once (print or screenshot) in a throwaway profile; its whole process group
+    (renderers, GPU, zygote) is killed if it overruns TIMEOUT_S or this call is interrupted, so
+    none of it outlives the call. Raises RuntimeError on a non-zero exit."""
     with tempfile.TemporaryDirectory(prefix="ddlstudy-chromium-") as profile:
-        proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *args],
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.Popen([chromium(), *FLAGS, f"--user-data-dir={profile}", *args],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=chromium_env(Path(profile)), start_new_session=True)
+        try:
+            _, stderr = proc.communicate(timeout=TIMEOUT_S)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        _kill_group(proc)  # a helper may linger after the browser process exits
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
         raise RuntimeError(f"chromium exited {proc.returncode}: {lines[-1] if lines else ''}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL Chromium's process group (it was started in a session of its own) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
 
 
 def single_page(run_dir: Path) -> Path:

@@ -13,7 +13,8 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,11 +179,42 @@ def answer(ref: Path) -> str:
         + decided(ref)).rstrip()
 
 
+_PASS: dict[Path, pd.DataFrame] | None = None  # claims tables of the pass in progress
+
+
+@contextmanager
+def _one_pass() -> Iterator[None]:
+    """Within it, chapter 99's claims table (~2 s) is computed once per records folder for all
+    the blocks and pages that read it; outside it, every call reads the records afresh (a caller
+    that edits them in place between renders sees its edits)."""
+    global _PASS
+    outer = _PASS is None
+    if outer:
+        _PASS = {}
+    try:
+        yield
+    finally:
+        if outer:
+            _PASS = None
+
+
+def _claims_table(ref: Path) -> pd.DataFrame:
+    """Chapter 99's claims table over `ref`, once per `_one_pass`."""
+    from ddlstudy.claims.engine import claims_table
+
+    if _PASS is None:
+        return claims_table(ref)
+    key = Path(ref).resolve()
+    if key not in _PASS:
+        _PASS[key] = claims_table(ref)
+    return _PASS[key]
+
+
 def _decided_rows(ref: Path) -> pd.DataFrame:
     """The rows of chapter 99's claims table that draw a verdict (agrees / differs)."""
-    from ddlstudy.claims.engine import DECIDED, claims_table
+    from ddlstudy.claims.engine import DECIDED
 
-    table = claims_table(ref)
+    table = _claims_table(ref)
     return table[table["verdict"].isin(DECIDED)]
 
 
@@ -240,9 +272,9 @@ def decided_rows(ref: Path) -> str:
 def verdicts(ref: Path) -> str:
     """Per paper: claims found, tested, agreed, differed, undecided and why (chapter 99's
     engine over the reference records)."""
-    from ddlstudy.claims.engine import claims_table, paper_counts
+    from ddlstudy.claims.engine import paper_counts
 
-    counts = paper_counts(claims_table(ref))
+    counts = paper_counts(_claims_table(ref))
     rows = [{k: (int(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
              for k, v in r.items()} for r in counts.to_dict("records")]
     return (markdown_table(rows) + "\nFrom `python -m ddlstudy.conclusions table "
@@ -282,7 +314,8 @@ def render(text: str, ref: Path, only: Sequence[str] = ()) -> str:
             return m.group(0)
         return m.group(1) + BLOCKS[name](ref) + m.group(4)
 
-    return _BLOCK.sub(fill, text)
+    with _one_pass():
+        return _BLOCK.sub(fill, text)
 
 
 PAGES = ("README.md", "docs/results.md")
@@ -299,17 +332,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = project_root()
     ref = root / args.reference
     stale = []
-    for page in PAGES:
-        path = root / page
-        try:
-            new = render(path.read_text(), ref)
-        except FileNotFoundError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        if new != path.read_text():
-            stale.append(page)
-            if not args.check:
-                path.write_text(new)
+    with _one_pass():
+        for page in PAGES:
+            path = root / page
+            try:
+                new = render(path.read_text(), ref)
+            except FileNotFoundError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
+            if new != path.read_text():
+                stale.append(page)
+                if not args.check:
+                    path.write_text(new)
     if args.check:
         if stale:
             print(f"{', '.join(stale)} out of date with {args.reference}: run "
