@@ -298,6 +298,52 @@ def test_full_bandwidth_on_shis_testbed_is_the_reproduction_and_skips_shared_nod
     assert all(r["verdict"] == engine.NOT_MEASURED for r in rows)
 
 
+# --- a ring worker's packets: compute or links ----------------------------------------------
+
+def _links_pair(run: Path, fast: float, spread: list[float], what_if: bool = True) -> dict:
+    """Ring cells at 3 and 6 workers on Shi's testbed (cluster images/sec 100 x N) and on its
+    links-only what-if shi2019_10g (`fast` x that, times spread per run), one gradient each way
+    per step on both (bytes per step are the model's)."""
+    folders = []
+    for testbed, factor in (("shi2019", 1.0), ("shi2019_10g", fast))[:2 if what_if else 1]:
+        rows = [{"strategy": "allreduce", "workers": n, "model": "resnet50", "repeat": rep,
+                 "images_per_sec": 5.0 * n, "images_per_sec_cluster": 100.0 * n * factor
+                 * (f if testbed != "shi2019" else 1.0), "batch_size": 32, "compute_s": 1.0,
+                 "comm_s": 2.0, "wire_bytes_sent_per_step": GRAD,
+                 "wire_bytes_recv_per_step": GRAD, "testbed": testbed, "error": "",
+                 "cpu_bound": False} for n in (3, 6) for rep, f in enumerate(spread)]
+        folder = f"03_ps_vs_ring-testbed-{testbed}-resnet50"
+        (run / folder).mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(run / folder / "summary.csv", index=False)
+        folders.append(folder)
+    return {EMULATED_03: folders}
+
+
+@pytest.mark.parametrize(("fast", "spread", "verdict"), [
+    (1.02, NOISE, engine.AGREES), (1.5, NOISE, engine.DIFFERS), (1.0, WIDE, engine.INCONCLUSIVE),
+    (1.0, NOISE[:3], engine.INCONCLUSIVE)])
+def test_packets_follow_the_links_or_not(tmp_path: Path, fast: float, spread: list[float],
+                                         verdict: str) -> None:
+    """The per-worker traffic rate (cluster seconds) with 5x faster links / with Shi's: the
+    same rate agrees with 'only depend on the computational capacity', 1.5x differs, a wide
+    spread or too few runs decide nothing; the row names both testbeds and the base's compute /
+    communication ratio."""
+    folders = _links_pair(tmp_path, fast, spread)
+    (row,) = _emulated_rows(_eval("shi_ring_packets_set_by_compute", tmp_path, folders))
+    assert row["verdict"] == verdict, row["reason"]
+    assert "at 6 workers, 10 Gb/s links / 2 Gb/s" in row["quantity"]
+    assert "shi2019_10g" in row["testbed"] and "Tesla K80" in row["testbed"]
+    if verdict != engine.INCONCLUSIVE:
+        assert abs(row["value"] - fast) < 0.02 and row["ratio"] == pytest.approx(0.5)
+
+
+def test_packets_without_the_what_if_cells_say_how_to_measure_them(tmp_path: Path) -> None:
+    folders = _links_pair(tmp_path, 1.0, NOISE, what_if=False)
+    (row,) = _emulated_rows(_eval("shi_ring_packets_set_by_compute", tmp_path, folders))
+    assert row["verdict"] == engine.NOT_MEASURED
+    assert "params/reference-shi-links.yaml" in row["reason"]
+
+
 # --- claims the study does not measure -------------------------------------------------------
 
 @pytest.mark.parametrize("claim_id", ["shi_ring_full_bandwidth",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddlstudy.testbeds import catalog as tb
+from ddlstudy.testbeds import emulation
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "lib" / "ddlstudy"
@@ -143,7 +144,27 @@ def test_every_paper_has_a_testbed():
     papers = {t.paper for t in tb.testbeds()}
     assert PAPERS <= papers, f"papers without a testbed: {PAPERS - papers}"
     assert "today" in papers
-    assert all(t.paper in PAPERS | {"today"} for t in tb.testbeds())
+    assert all(t.paper in PAPERS | {"today", "what-if"} for t in tb.testbeds())
+
+
+def test_a_what_if_is_its_base_with_the_settings_it_names_changed():
+    """shi2019_10g: Shi's testbed with 10 Gb/s links. It takes every other setting from
+    shi2019 (compute rows, GPUs per node, framework), replays shi2019's table (no table of its
+    own) and registers its own link profile; a what-if names its base, what changed and why."""
+    from ddlstudy.network.profiles import PROFILES
+
+    base, what_if = tb.testbed("shi2019"), tb.testbed("shi2019_10g")
+    assert what_if.base == "shi2019" and what_if.inherits_compute
+    assert what_if.compute == base.compute and what_if.framework == base.framework
+    assert what_if.gpus_per_node == base.gpus_per_node
+    assert what_if.inter_node.rate_bps == 5 * float(base.inter_node.rate_bps or 0)
+    assert what_if.inter_node.latency_s == base.inter_node.latency_s
+    assert emulation.table_name("shi2019_10g") == emulation.table_name("shi2019")
+    assert PROFILES[emulation.profile_for("shi2019_10g")].rate_bps == 1e10
+    for t in tb.testbeds("what-if"):
+        spec = t.raw["what_if"]
+        assert t.base in tb.names() and spec["changes"] and spec["why"].strip(), t.name
+        assert set(spec["changes"]) <= set(t.raw), f"{t.name}: names a change it does not make"
 
 
 def test_paper_testbeds_say_what_the_papers_say():

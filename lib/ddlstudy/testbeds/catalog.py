@@ -97,6 +97,12 @@ class Testbed:
     compute_table_file: str | None  # a measured replay table (e.g. h100.csv) instead of rows
     compute_table_source: str
     raw: dict[str, Any]  # the YAML as read (tests walk it for sources)
+    base: str | None = None  # a what-if: the testbed it copies, one setting changed
+
+    @property
+    def inherits_compute(self) -> bool:
+        """A what-if that keeps its base's compute rows (it replays the base's table)."""
+        return self.base is not None and not {"compute", "compute_table"} & set(self.raw)
 
     @property
     def models(self) -> list[str]:
@@ -127,9 +133,16 @@ def _row(d: dict[str, Any]) -> ComputeRow:
 
 
 def _load(path: Path) -> Testbed:
-    d = yaml.safe_load(path.read_text())
-    if d.get("name") != path.stem:
-        raise ValueError(f"{path.name}: name {d.get('name')!r} differs from the file name")
+    """One testbed YAML. A what-if (`what_if: {base: NAME, changes: [...], why: ...}`) takes
+    every top-level mapping it does not give from its base testbed: it is the base with the
+    settings it names changed (`paper: what-if`), for claims that need one factor varied."""
+    raw = yaml.safe_load(path.read_text())
+    if raw.get("name") != path.stem:
+        raise ValueError(f"{path.name}: name {raw.get('name')!r} differs from the file name")
+    base = (raw.get("what_if") or {}).get("base")
+    d = raw
+    if base:
+        d = {**yaml.safe_load((path.parent / f"{base}.yaml").read_text()), **raw}
     dev = d["device"]
     table = d.get("compute_table") or {}
     return Testbed(
@@ -141,7 +154,7 @@ def _load(path: Path) -> Testbed:
         framework=dict(d.get("framework") or {}),
         compute=tuple(_row(r) for r in d.get("compute") or []),
         compute_table_file=table.get("file"), compute_table_source=table.get("source", ""),
-        raw=d)
+        raw=raw, base=base)
 
 
 @cache

@@ -21,8 +21,11 @@ from ddlstudy.testbeds import catalog
 
 
 def table_name(name: str) -> str:
-    """The replay source of a testbed: its measured table's name, else `testbed-<name>`."""
+    """The replay source of a testbed: its measured table's name, else `testbed-<name>` (a
+    what-if that keeps its base's compute replays the base's table)."""
     tb = catalog.testbed(name)
+    if tb.inherits_compute and tb.base:
+        return table_name(tb.base)
     if tb.compute_table_file:
         return Path(tb.compute_table_file).stem
     return f"testbed-{name}"
@@ -40,7 +43,7 @@ def write_tables(folder: Path | None = None) -> list[Path]:
     folder = folder or tables_dir()
     out = []
     for tb in catalog.testbeds():
-        if tb.compute and not tb.compute_table_file:
+        if tb.compute and not tb.compute_table_file and not tb.inherits_compute:
             out.append(catalog.write_compute_table(tb.name, folder / f"{table_name(tb.name)}.csv"))
     return out
 

@@ -104,7 +104,8 @@ def _testbed_points(model: str, shape: str) -> pd.DataFrame:
                     or "")
         comp.sort(key=lambda r: (str(r["batch_size"]) != paper, r["shape"] != shape,
                                  -int(r["batch_size"])))
-        gpn = f"{tb.gpus_per_node.value} GPU(s) per node"
+        gpn = f"{tb.gpus_per_node.value} GPU(s) per node" + (
+            f"; what-if of {tb.base}" if tb.base else "")
         if comp:
             x, what = float(comp[0]["compute_s_p50"]), (f"{comp[0]['shape']} batch "
                                                         f"{comp[0]['batch_size']}")
