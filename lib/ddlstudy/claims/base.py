@@ -149,6 +149,11 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def usable(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows a claim reads: no error, not CPU-bound, integer `repeat` and `seed`."""
+    return _ok(df)
+
+
 @dataclass
 class Records:
     """A run folder's tables for one claim: only the (chapter, table) pairs it declares.

@@ -2,9 +2,9 @@
 
 `python -m ddlstudy.report.readme` rewrites the blocks between `<!-- generated:NAME -->` and
 `<!-- end:NAME -->` in README.md and docs/results.md (the answer, the reference table, the
-verdicts, every decided row, the chapter table) and redraws the README's figure; `--check`
-exits 1 when the pages and the records disagree (tests/test_readme.py checks the same). Each
-block says where its numbers come from.
+verdicts, every decided row, the testbed cells measured and missing, the chapter table) and
+redraws the README's figure; `--check` exits 1 when the pages and the records disagree
+(tests/test_readme.py checks the same). Each block says where its numbers come from.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ddlstudy.chapters.registry import chapter_rows
 from ddlstudy.records.reference import code_version
 from ddlstudy.records.store import project_root
 from ddlstudy.registry import markdown_table
+from ddlstudy.report import coverage
 
 EMULATED_03 = "03_ps_vs_ring-emulated-"
 FIGURE = Path("docs/figures/reference-ps-vs-ring.png")
@@ -302,6 +303,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     + f"\n{provenance(ref)}; images/sec are cluster-equivalent (x the time dilation).\n",
     "verdicts": verdicts,
     "decided_rows": decided_rows,
+    "coverage": lambda ref: coverage.block(ref),
     "chapters": lambda ref: markdown_table(chapter_rows()),
 }
 

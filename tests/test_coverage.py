@@ -1,0 +1,68 @@
+"""`python -m ddlstudy.report.coverage`: each testbed grid cell's usable runs counted from the
+records (errors and cpu_bound rows left out, as chapter 99 leaves them out), its status against
+the 5 runs a verdict needs, and docs/results.md's block listing exactly the short cells."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ddlstudy.report import coverage
+
+GRID = coverage.Grid("Shi 2019", "shi2019", ("resnet50",), ("ps_sync", "allreduce"), (3, 6),
+                     "params/x.yaml")
+
+
+def _cells(ref: Path, runs: dict[tuple[str, int], int], bad: dict[str, object] | None = None,
+           testbed: str = "shi2019") -> None:
+    rows = [{"strategy": s, "workers": n, "repeat": r, "error": "", "cpu_bound": False}
+            for (s, n), k in runs.items() for r in range(k)]
+    if bad:  # one more run of the first cell, unusable
+        (s, n) = next(iter(runs))
+        rows.append({"strategy": s, "workers": n, "repeat": 99, "error": "", "cpu_bound": False,
+                     **bad})
+    folder = ref / f"03_ps_vs_ring-testbed-{testbed}-resnet50"
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder / "summary.csv", index=False)
+
+
+def test_runs_are_counted_per_cell_and_unusable_ones_left_out(tmp_path: Path) -> None:
+    _cells(tmp_path, {("ps_sync", 3): 5, ("ps_sync", 6): 4, ("allreduce", 3): 1},
+           bad={"cpu_bound": True})
+    df = coverage.coverage(tmp_path, [GRID]).set_index(["strategy", "workers"])
+    assert df.loc[("ps_sync", 3), "status"] == "ok"  # the cpu_bound 6th run is not counted
+    assert df.loc[("ps_sync", 3), "runs"] == 5
+    assert df.loc[("ps_sync", 6), "status"] == "4 runs, needs 5"
+    assert df.loc[("allreduce", 3), "status"] == "1 run, needs 5"
+    assert df.loc[("allreduce", 6), "status"] == "not measured"
+    assert set(df["params"]) == {"params/x.yaml"}
+
+
+def test_an_errored_run_is_not_counted(tmp_path: Path) -> None:
+    _cells(tmp_path, {("ps_sync", 3): 4}, bad={"error": "TimeoutError: collective"})
+    df = coverage.coverage(tmp_path, [GRID])
+    assert df.loc[(df["strategy"] == "ps_sync") & (df["workers"] == 3), "runs"].item() == 4
+
+
+def test_the_block_lists_exactly_the_short_cells(tmp_path: Path, monkeypatch) -> None:
+    _cells(tmp_path, {("ps_sync", 3): 5, ("ps_sync", 6): 5, ("allreduce", 3): 5,
+                      ("allreduce", 6): 2})
+    monkeypatch.setattr(coverage, "GRIDS", (GRID,))
+    text = coverage.block(tmp_path)
+    assert text.startswith("3 of 4 testbed cells hold >= 5 independent runs, 1 fewer:")
+    lines = [x for x in text.splitlines() if x.startswith("| Shi 2019")]
+    assert lines == ["| Shi 2019 | shi2019 | resnet50 | allreduce | 6 | 2 | 2 runs, needs 5 | "
+                     "params/x.yaml |"]
+
+
+def test_the_reference_grid_reads_every_grids_folder_and_the_cli_rejects_a_bad_folder(
+        capsys) -> None:
+    from ddlstudy.testbeds import catalog
+
+    assert {g.testbed for g in coverage.GRIDS} <= set(catalog.names())
+    assert coverage.main([]) == 0
+    assert "testbed cells hold >= 5" in capsys.readouterr().out
+    assert coverage.main(["/nonexistent/reference"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
