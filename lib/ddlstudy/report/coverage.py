@@ -54,10 +54,10 @@ GRIDS = (
          (6,), "params/reference-shi-links.yaml"),
     Grid("Wang (NCHC), InfiniBand", "wang_nchc_ib", ("resnet50",), ("allreduce",),
          (1, 16, 24, 32),
-         "params/reference-wang-nodes-ib.yaml (x24, x32: + reference-wang-4x8.yaml)"),
+         "params/reference-wang-nodes-ib.yaml (+ reference-wang-3x8 / -4x8.yaml)"),
     Grid("Wang (NCHC), 10GbE", "wang_nchc_10gbe", ("resnet50",), ("allreduce",),
          (1, 8, 16, 24, 32),
-         "params/reference-wang-nodes.yaml (x24, x32: + reference-wang-4x8.yaml)"),
+         "params/reference-wang-nodes.yaml (+ reference-wang-3x8 / -4x8.yaml)"),
 )
 
 
