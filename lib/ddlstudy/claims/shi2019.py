@@ -343,14 +343,25 @@ def _link_only_pairs() -> list[tuple[str, str]]:
             and set((t.raw.get("what_if") or {}).get("changes", [])) == {"inter_node"}]
 
 
+def _gbps(testbed: str) -> float:
+    """The link rate (Gb/s) the emulator shapes for a catalog testbed's nodes."""
+    from ddlstudy.network.profiles import PROFILES
+    from ddlstudy.testbeds import emulation
+
+    return PROFILES[emulation.profile_for(testbed)].rate_bps / 1e9
+
+
+def _links_bed(base: str, what_if: str, models: list[str] | None = None) -> str:
+    """A links-only row's testbed: the base's label, and what the what-if changed."""
+    return (f"{claims.emulated_testbed_label(base, models)}; what-if {what_if}: the same with "
+            f"{_gbps(what_if):g} Gb/s links instead of {_gbps(base):g}")
+
+
 def _links_only(rec: Records) -> list[Measurement]:
     """Per model and what-if testbed that changes only the links of Shi's testbed: one ring
     worker's wire bytes sent + received per second of training (the emulated cluster's
     seconds, so two link scales compare) on the what-if / on Shi's testbed, at the top worker
     count (>= 2) both ran; the two sides are independent groups of runs."""
-    from ddlstudy.network.profiles import PROFILES
-    from ddlstudy.testbeds import emulation
-
     ch = claims.EMULATED_03
     need = f"allreduce on testbed shi2019 and on its links-only what-if ({LINKS_CMD})"
     df = rec.table(ch, "summary")
@@ -361,11 +372,10 @@ def _links_only(rec: Records) -> list[Measurement]:
     ring = df[df["strategy"] == RING]
     rows = []
     for what_if, base in pairs:
-        fast, slow = (PROFILES[emulation.profile_for(n)].rate_bps / 1e9 for n in (what_if, base))
-        bed = (f"{claims.emulated_testbed_label(base)}; what-if {what_if}: the same with "
-               f"{fast:g} Gb/s links instead of {slow:g}")
+        fast, slow = (_gbps(n) for n in (what_if, base))
         if not (ring["testbed"] == what_if).any():
-            rows.append(Measurement(ch, missing=rec.missing(ch, need), chapter=ch, testbed=bed))
+            rows.append(Measurement(ch, missing=rec.missing(ch, need), chapter=ch,
+                                    testbed=_links_bed(base, what_if)))
         for model, a_part in ring[ring["testbed"] == what_if].groupby("model"):
             b_part = ring[(ring["testbed"] == base) & (ring["model"] == model)]
             both = sorted(set(a_part["workers"]) & set(b_part["workers"]))
@@ -376,11 +386,12 @@ def _links_only(rec: Records) -> list[Measurement]:
             b = _per_second(b_part, WORKER, top, CLUSTER_RATE) if top else pd.Series(dtype=float)
             if a.empty or b.empty:
                 rows.append(Measurement(label, missing=rec.missing(ch, need), chapter=ch,
-                                        testbed=bed))
+                                        testbed=_links_bed(base, what_if, [str(model)])))
                 continue
             rows.append(Measurement(label, values(a), values(b), source=rec.source(
                 ch, "emulated (shaped links, replayed compute); bytes counted on the wire"),
-                testbed=bed, chapter=ch, ratio=_ratio(b_part, RING, top)))
+                testbed=_links_bed(base, what_if, [str(model)]), chapter=ch,
+                ratio=_ratio(b_part, RING, top)))
     return rows or [Measurement(ch, missing=rec.missing(ch, need), chapter=ch)]
 
 
