@@ -26,8 +26,13 @@ from ddlstudy.analysis.inference import MIN_RUNS
 from ddlstudy.claims.base import usable
 from ddlstudy.records.store import project_root
 from ddlstudy.registry import markdown_table
+from ddlstudy.testbeds import catalog
 
-SHI_MODELS = ("alexnet", "resnet50", "resnet152", "vgg16", "vgg19")
+
+def _models(testbed: str) -> tuple[str, ...]:
+    """The models a testbed has compute rows for: the paper's models it can replay."""
+    return tuple(catalog.testbed(testbed).models)
+
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class Grid:
 
 
 GRIDS = (
-    Grid("Shi 2019", "shi2019", SHI_MODELS, ("ps_sync", "allreduce"), (1, 3, 6),
+    Grid("Shi 2019", "shi2019", _models("shi2019"), ("ps_sync", "allreduce"), (1, 3, 6),
          "params/reference-shi-ps-models.yaml / -ring-models.yaml, one model a last layer"),
     Grid("Shi 2019 (fair PS, S = 1 overlapped; S = N co-located)", "shi2019", ("resnet50",),
          ("ps_overlap", "ps_colocated"), (3, 6), "params/reference-fairps.yaml"),
