@@ -382,8 +382,8 @@ def _links_only(rec: Records) -> list[Measurement]:
             top = int(both[-1]) if both and both[-1] >= 2 else 0
             label = (f"{model}: ring per-worker bytes sent + received per second of training "
                      f"at {top or 'the same'} workers, {fast:g} Gb/s links / {slow:g} Gb/s")
-            a = _per_second(a_part, WORKER, top, CLUSTER_RATE) if top else pd.Series(dtype=float)
-            b = _per_second(b_part, WORKER, top, CLUSTER_RATE) if top else pd.Series(dtype=float)
+            a = _per_second(a_part, WORKER, top, CLUSTER_RATE)  # top 0: no runs, empty
+            b = _per_second(b_part, WORKER, top, CLUSTER_RATE)
             if a.empty or b.empty:
                 rows.append(Measurement(label, missing=rec.missing(ch, need), chapter=ch,
                                         testbed=_links_bed(base, what_if, [str(model)])))

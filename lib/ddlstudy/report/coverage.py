@@ -94,13 +94,18 @@ def coverage(ref: Path, grids: Sequence[Grid] | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def count_line(df: pd.DataFrame) -> str:
+    """'K of M testbed cells hold >= 5 independent runs, J fewer' for a `coverage` table."""
+    ok = int((df["status"] == "ok").sum())
+    return (f"{ok} of {len(df)} testbed cells hold >= {MIN_RUNS} independent runs, "
+            f"{len(df) - ok} fewer")
+
+
 def block(ref: Path) -> str:
     """docs/results.md's coverage block: a count line, then every cell short of MIN_RUNS."""
     df = coverage(ref)
     short = df[df["status"] != "ok"]
-    head = (f"{int((df['status'] == 'ok').sum())} of {len(df)} testbed cells hold >= {MIN_RUNS} "
-            f"independent runs, {len(short)} fewer"
-            + (":" if len(short) else ".") + "\n\n")
+    head = count_line(df) + (":" if len(short) else ".") + "\n\n"
     if short.empty:
         return head
     return head + markdown_table(short.to_dict("records")) + (
@@ -123,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     df = coverage(ref)
     shown = df if args.all else df[df["status"] != "ok"]
-    print(f"{int((df['status'] == 'ok').sum())} of {len(df)} testbed cells hold >= {MIN_RUNS} "
-          "independent runs")
+    print(count_line(df))
     if not shown.empty:
         print(shown.to_string(index=False))
     return 0

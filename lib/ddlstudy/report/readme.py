@@ -303,7 +303,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     + f"\n{provenance(ref)}; images/sec are cluster-equivalent (x the time dilation).\n",
     "verdicts": verdicts,
     "decided_rows": decided_rows,
-    "coverage": lambda ref: coverage.block(ref),
+    "coverage": coverage.block,
     "chapters": lambda ref: markdown_table(chapter_rows()),
 }
 
