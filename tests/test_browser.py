@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from ddlstudy.report.pdf import chromium_env
+from ddlstudy.report.pdf import chromium_env, kill_group
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -116,8 +115,7 @@ def chromium(profile: Path) -> Iterator[DevTools]:
                 tools.call(domain)
             yield tools
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        kill_group(proc)
 
 
 @pytest.fixture(scope="module")

@@ -167,6 +167,19 @@ def test_a_what_if_is_its_base_with_the_settings_it_names_changed():
         assert set(spec["changes"]) <= set(t.raw), f"{t.name}: names a change it does not make"
 
 
+
+def test_a_what_if_naming_no_testbed_says_which_to_name(tmp_path):
+    """A what-if whose base is no testbed beside it fails at load with the known names, not a
+    FileNotFoundError from reading the missing file."""
+    import shutil
+
+    shutil.copy(Path(tb.__file__).parent / "shi2019.yaml", tmp_path / "shi2019.yaml")
+    (tmp_path / "shi2019_typo.yaml").write_text(
+        "name: shi2019_typo\npaper: what-if\nwhat_if: {base: shi2091, changes: [inter_node], "
+        "why: x}\ninter_node: {rate: {value: 1.0e+10}}\n")
+    with pytest.raises(ValueError, match=r"what_if.base 'shi2091' is no testbed.*shi2019$"):
+        tb._load(tmp_path / "shi2019_typo.yaml")
+
 def test_paper_testbeds_say_what_the_papers_say():
     shi = tb.testbed("shi2019")
     assert shi.gpus_per_node.value == 1 and shi.framework["batch_per_worker"] == 32

@@ -135,8 +135,8 @@ def side(no_effect: float, direction: str = "greater") -> tuple[float, float]:
     return (no_effect, math.inf) if direction == "greater" else (0.0, no_effect)
 
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows without an error and not CPU-bound, each with integer `repeat` and `seed`."""
+def usable(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows a claim reads: no error, not CPU-bound, integer `repeat` and `seed`."""
     if df.empty:
         return df
     if "error" in df:
@@ -147,11 +147,6 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     for key in ("repeat", "seed"):
         df = df.assign(**{key: df[key].fillna(0).astype(int) if key in df else 0})
     return df
-
-
-def usable(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows a claim reads: no error, not CPU-bound, integer `repeat` and `seed`."""
-    return _ok(df)
 
 
 @dataclass
@@ -169,7 +164,7 @@ class Records:
     labels: dict[str, str] = field(default_factory=dict)
 
     def table(self, chapter: str, name: str) -> pd.DataFrame:
-        """The chapter's `name` table over its folders, cleaned (`_ok`); empty if none.
+        """The chapter's `name` table over its folders, cleaned (`usable`); empty if none.
         KeyError for a table the claim does not declare."""
         if (chapter, name) not in self.reads:
             raise KeyError(f"({chapter!r}, {name!r}) is not among the claim's declared reads")
@@ -184,11 +179,11 @@ class Records:
                 self.labels[chapter] = reference.label(cells)
                 if "profile" not in cells and "network" in cells:  # a cell's own summary
                     cells = cells.assign(profile=cells["network"])
-                return _ok(cells)
+                return usable(cells)
         frames = [pd.read_csv(p) for f in self.folders.get(chapter, [])
                   if (p := self.run_dir / f / f"{name}.csv").exists()]
         frames = [f for f in frames if not f.empty]
-        return _ok(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+        return usable(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
 
     def source(self, chapter: str, what: str) -> str:
         """`what`, prefixed by the reference run's label when the chapter came from it."""

@@ -61,15 +61,15 @@ def _run_chromium(args: list[str]) -> None:
         try:
             _, stderr = proc.communicate(timeout=TIMEOUT_S)
         except BaseException:
-            _kill_group(proc)
+            kill_group(proc)
             raise
-        _kill_group(proc)  # a helper may linger after the browser process exits
+        kill_group(proc)  # a helper may linger after the browser process exits
     if proc.returncode != 0:
         lines = [ln for ln in stderr.splitlines() if ln.strip()]
         raise RuntimeError(f"chromium exited {proc.returncode}: {lines[-1] if lines else ''}")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL Chromium's process group (it was started in a session of its own) and reap it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -142,7 +142,12 @@ def _load(path: Path) -> Testbed:
     base = (raw.get("what_if") or {}).get("base")
     d = raw
     if base:
-        d = {**yaml.safe_load((path.parent / f"{base}.yaml").read_text()), **raw}
+        base_path = path.parent / f"{base}.yaml"
+        if not base_path.is_file():
+            known = ", ".join(sorted(q.stem for q in path.parent.glob("*.yaml") if q != path))
+            raise ValueError(f"{path.name}: what_if.base {base!r} is no testbed next to it; "
+                             f"name one of: {known}")
+        d = {**yaml.safe_load(base_path.read_text()), **raw}
     dev = d["device"]
     table = d.get("compute_table") or {}
     return Testbed(
