@@ -17,13 +17,14 @@ from ddlstudy.analysis.costmodel.contention import load_sensitivity, repeat_tabl
 
 
 def _run(folder: Path, strategy: str, workers: int, load: float, wall: float,
-         ends: list[float]) -> None:
+         ends: list[float], pressure: float | None = None) -> None:
     """One run folder: a one-cell summary.csv, meta.json with the host load, steps.csv with
     one step whose workers end at `ends` (compute 1 s + wait) and one server row."""
     folder.mkdir(parents=True)
     pd.DataFrame([{"strategy": strategy, "algorithm": "", "model": "resnet50",
                    "workers": workers, "servers": 1, "network": "shi2019", "steps": 1,
-                   "wall_s": wall, "server_update_s": 0.5, "error": ""}]).to_csv(
+                   "wall_s": wall, "server_update_s": 0.5, "error": "",
+                   **({} if pressure is None else {"host_cpu_pressure": pressure})}]).to_csv(
         folder / "summary.csv", index=False)
     (folder / "meta.json").write_text(json.dumps(
         {"created": "2026-11-26T07:00:00+00:00", "host": {"load_avg": [load, 1.0, 1.0],
@@ -77,6 +78,20 @@ def test_one_repeat_gets_no_line(tmp_path: Path):
     _run(tmp_path / "one", "ps_sync", 2, 3.0, 5.0, [4.0, 4.5])
     s = load_sensitivity(repeat_table([tmp_path]), at_load=3.0)
     assert len(s) == 1 and math.isnan(s["slope_s_per_load"].iloc[0])
+
+
+def test_measured_cpu_pressure_is_carried_and_its_absence_left_blank(tmp_path: Path, capsys):
+    """Records written since runs measure it carry `host_cpu_pressure`; older ones do not and
+    read NaN (printed blank), never 0."""
+    for i, pr in enumerate([0.05, 0.6]):
+        _run(tmp_path / "new" / f"r{i}", "allreduce", 6, 3.0 + i, 20.0, [9.0] * 6, pr)
+    _run(tmp_path / "old" / "r0", "ps_sync", 6, 3.0, 60.0, [9.0] * 6)
+    t = repeat_table([tmp_path]).set_index("strategy")
+    assert sorted(t.loc["allreduce", "cpu_pressure"]) == [0.05, 0.6]
+    assert math.isnan(t.loc["ps_sync", "cpu_pressure"])
+    s = load_sensitivity(repeat_table([tmp_path])).set_index("strategy")
+    assert s.loc["allreduce", "cpu_pressure_max"] == pytest.approx(0.6)
+    assert math.isnan(s.loc["ps_sync", "cpu_pressure_max"])
 
 
 def test_cli_names_the_load_bound_cells(records: Path, capsys):

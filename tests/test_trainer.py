@@ -85,6 +85,13 @@ def test_throughput_is_all_images_over_synchronized_wall_time(cluster: Cluster) 
     assert row["wall_s"] == pytest.approx(res.chunks["wall_s"].sum())
     assert row["images_per_sec"] == pytest.approx(row["images"] / row["wall_s"])
     assert row["images_per_sec_per_worker"] == pytest.approx(row["images_per_sec"] / 3)
+    # each timed chunk carries the host's CPU pressure over its window; the run's is their
+    # length-weighted mean (NaN only on a kernel without pressure information)
+    pressure = res.chunks["host_cpu_pressure"]
+    if pressure.notna().all():
+        assert ((pressure >= 0) & (pressure <= 1)).all()
+        assert row["host_cpu_pressure"] == pytest.approx(
+            (pressure * res.chunks["wall_s"]).sum() / res.chunks["wall_s"].sum())
     # the window is barrier to barrier, so it covers every worker's steps
     w = res.steps[res.steps.role == "worker"]
     assert row["wall_s"] >= w.groupby("rank")["step_s"].sum().max()

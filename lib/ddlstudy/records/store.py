@@ -58,6 +58,22 @@ def versions() -> dict[str, str]:
     return out
 
 
+PSI_CPU = Path("/proc/pressure/cpu")
+
+
+def cpu_stall_s(path: Path = PSI_CPU) -> float | None:
+    """Seconds since boot in which at least one runnable task on this host waited for a CPU
+    (the kernel's pressure stall information, `some` total); None where the kernel keeps none.
+    Its growth over a window, divided by the window's length, is the share of that window in
+    which the host's CPUs were oversubscribed, the run's own processes included: unlike a load
+    average sampled at one instant, it covers exactly the window measured."""
+    try:
+        line = next(ln for ln in path.read_text().splitlines() if ln.startswith("some "))
+        return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
 def host_info() -> dict[str, Any]:
     """The machine, and its 1/5/15-min load average when the record is written (a run's meta is
     written at its end): on a shared host, what else was running is part of the measurement."""

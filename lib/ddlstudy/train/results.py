@@ -168,8 +168,19 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         # (ddlstudy.network.emulated.netem)
         "cpu_bound": _cpu_bound(network, len(set((network or {}).get("rank_nodes") or []))
                                 or config.world_size),  # one link per node
+        # measured, not predicted: the share of the timed chunks in which some task on the
+        # driver's host waited for a CPU (records.store.cpu_stall_s), weighted by chunk length
+        "host_cpu_pressure": _weighted(chunks, "host_cpu_pressure"),
     }
     return pd.DataFrame([row])
+
+
+def _weighted(chunks: pd.DataFrame, col: str) -> float:
+    """`col` averaged over the chunks weighted by their wall time; NaN if any chunk lacks it."""
+    if col not in chunks or chunks.empty or chunks[col].isna().any():
+        return math.nan
+    w = chunks["wall_s"].astype(float)
+    return float((chunks[col].astype(float) * w).sum() / w.sum()) if w.sum() > 0 else math.nan
 
 
 def _cpu_bound(network: dict[str, Any] | None, nodes: int) -> bool:

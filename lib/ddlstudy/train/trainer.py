@@ -48,6 +48,7 @@ import pandas as pd
 
 from ddlstudy.cluster.engines import RankFailed
 from ddlstudy.network.emulated.wire import WireBytes
+from ddlstudy.records.store import cpu_stall_s
 from ddlstudy.strategies import (
     driver_for,
 )
@@ -263,7 +264,17 @@ def _write_progress(out_dir: str | Path, config: TrainConfig, prog: _Progress, c
 
 
 def _chunks_frame(chunks: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(chunks, columns=["chunk", "steps", "wall_s", "images", "images_per_sec"])
+    return pd.DataFrame(chunks, columns=["chunk", "steps", "wall_s", "images", "images_per_sec",
+                                         "host_cpu_pressure"])
+
+
+def _pressure(stall_0: float | None, t_0: float) -> float:
+    """The share of the time since `t_0` (submit, monotonic) in which some task on the driver's
+    host waited for a CPU (`records.store.cpu_stall_s`); NaN without pressure information."""
+    stall_1, elapsed = cpu_stall_s(), time.monotonic() - t_0
+    if stall_0 is None or stall_1 is None or elapsed <= 0:
+        return math.nan
+    return min(1.0, max(0.0, (stall_1 - stall_0) / elapsed))
 
 
 def _stalled_s(results: list[dict[str, Any] | None]) -> float:
@@ -377,7 +388,7 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
                       every - prog.done % every if every else 0]
             k = _chunk_size(remaining, step_time, cap, min([b for b in bounds if b] or [0]))
             budget = 600.0 if step_time is None else 10 * step_time + 60
-            t_submit = time.monotonic()
+            t_submit, stall_0 = time.monotonic(), cpu_stall_s()
             wire.mark(timed=not warm)
             pending = cluster.submit(_engine_chunk, run_id, k, world_size=world)
             wait_s = timeout_s + 60 + k * budget
@@ -455,7 +466,8 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
                 prog.rows += chunk_rows
                 images = sum(r["images"] for r in chunk_rows if r["role"] == "worker")
                 prog.chunks.append({"chunk": index, "steps": k, "wall_s": wall,
-                                    "images": images, "images_per_sec": images / wall})
+                                    "images": images, "images_per_sec": images / wall,
+                                    "host_cpu_pressure": _pressure(stall_0, t_submit)})
                 prog.timed_done += k
                 if progress:
                     tqdm.write(f"Iter #{index}: {images / wall / live.workers:.1f} img/sec "

@@ -1,8 +1,10 @@
-"""Host contention beside measured cells: each repeat's host load when it started (its
-meta.json `host.load_avg`, 1-minute), its seconds per step, how far apart its workers finished
-(steps.csv), and, per cell, how its step time moves with that load across the repeats (least
-squares slope, correlation, the step at a given load: measured where a repeat ran there,
-extrapolated otherwise).
+"""Host contention beside measured cells: each repeat's host load when its record was written
+at its end (its meta.json `host.load_avg`, 1-minute), the share of its timed chunks in which
+some task on the host waited for a CPU (its summary's `host_cpu_pressure`, measured over the
+chunks themselves; records written before 2026-11-27 lack it), its seconds per step, how far
+apart its workers finished (steps.csv), and, per cell, how its step time moves with that load
+across the repeats (least squares slope, correlation, the step at a given load: measured where
+a repeat ran there, extrapolated otherwise).
 
 Why: every emulated cell shares one small host with whatever else ran then, and the emulated
 links are moved by that host's CPUs. A cell whose repeats all ran on a loaded host measures the
@@ -72,6 +74,7 @@ def repeat_table(dirs: Sequence[str | Path]) -> pd.DataFrame:
             row = {c: s.get(c, math.nan) for c in CELL}
             row.update(step_s=float(s["wall_s"]) / max(1, int(s["steps"])),
                        load_1m=_load_1m(m), cpu_count=(m.get("host") or {}).get("cpu_count"),
+                       cpu_pressure=float(s.get("host_cpu_pressure", math.nan)),
                        server_update_s=float(s.get("server_update_s", math.nan)),
                        finish_spread_s=_finish_spread(pd.read_csv(steps)),
                        created=m.get("created", ""), source=str(f.parent))
@@ -111,6 +114,7 @@ def load_sensitivity(table: pd.DataFrame, at_load: float | None = None) -> pd.Da
                     "step_at_load_min_s": float(y[np.argmin(x)]) if len(x) else math.nan,
                     "slope_s_per_load": float(slope), "r": r,
                     "finish_spread_s": float(g["finish_spread_s"].median()),
+                    "cpu_pressure_max": float(g["cpu_pressure"].max()),
                     "at_load": math.nan if at_load is None else float(at_load),
                     "step_at_load_s": at,
                     "at_load_is": "" if at_load is None else
@@ -127,14 +131,17 @@ def main_contention(dirs: Sequence[str], at_load: float | None = None) -> int:
         print(f"error: {err}")
         return 2
     sens = load_sensitivity(table, at_load)
-    print(f"# host load (1-minute, at each repeat's start) against seconds per step, per cell; "
+    print(f"# host load (1-minute, when each repeat's record was written) against seconds per "
+          f"step, per cell; "
           f"{len(table)} repeats; step_at_load_min_s: the least loaded repeat's; finish spread: "
-          f"last minus first worker's end of step, median"
+          f"last minus first worker's end of step, median; cpu_pressure_max: the largest share "
+          f"of a repeat's timed chunks in which some task waited for a CPU (blank: not recorded)"
           + ("" if at_load is None else f"; step at load {at_load:g} from each cell's "
              "least-squares line (measured: a repeat ran within 1 of it; else extrapolated)"))
     cols = ["strategy", "workers", "servers", "network", "repeats", "load_min", "load_max",
             "step_min_s", "step_max_s", "step_at_load_min_s", "slope_s_per_load", "r",
-            "finish_spread_s"] + ([] if at_load is None else ["step_at_load_s", "at_load_is"])
+            "finish_spread_s", "cpu_pressure_max"]
+    cols += [] if at_load is None else ["step_at_load_s", "at_load_is"]
     print(sens[cols].round(3).to_string(index=False))
     for row in sens[sens["r"] >= 0.9].itertuples():
         print(f"#   {row.strategy} x{row.workers} ({row.network}): step time follows host load "

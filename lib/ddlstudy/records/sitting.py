@@ -1,0 +1,224 @@
+"""One reference sitting: `python -m ddlstudy.report` on committed code only, alone, to a deadline.
+
+Reference cells count only when the code that measured them is a commit (`reference.code_version`
+leaves runs of uncommitted code out). A sitting therefore runs from a throwaway git worktree of
+HEAD (data linked, the committed host calibration copied beside it), so edits in the checkout
+neither enter the records nor change under a run that lasts hours. It runs in a session of its
+own and gets SIGTERM at the deadline (the report keeps every finished run; SIGKILL after
+`grace_s`); a SIGINT / SIGTERM to the sitting is passed on the same way. The worktree is removed
+at the end, whatever ends it. Afterwards it prints, for each chapter-03 testbed folder it wrote,
+the `add-runs` line that pools its runs into results/reference.
+
+`python -m ddlstudy.records.sitting --out DIR [--until HH:MM | --max-s S] PARAMS.yaml...`
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ddlstudy.records import store
+
+GRACE_S = 120.0
+
+
+class SittingError(ValueError):
+    """Bad input to a sitting: one line naming the problem and the fix."""
+
+
+def deadline(until: str | None, max_s: float | None, now: dt.datetime | None = None) -> float:
+    """Seconds the sitting may run: to `until` (HH:MM, local time, today) or `max_s`, whichever
+    is sooner; inf with neither. Raises SittingError on a malformed or past `until` or a
+    non-positive `max_s`."""
+    now = now or dt.datetime.now()
+    left = float("inf")
+    if until is not None:
+        try:
+            hh, mm = (int(x) for x in until.split(":"))
+            end = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+        except ValueError:
+            raise SittingError(f"--until {until!r} is not a time of day: give HH:MM, "
+                               "e.g. --until 13:25") from None
+        left = (end - now).total_seconds()
+        if left <= 0:
+            raise SittingError(f"--until {until} has passed (now {now:%H:%M}): give a later "
+                               "time today, or --max-s")
+    if max_s is not None:
+        if max_s <= 0:
+            raise SittingError(f"--max-s {max_s:g} must be > 0 seconds")
+        left = min(left, max_s)
+    return left
+
+
+def check_params(params: Sequence[str], root: Path) -> list[str]:
+    """The params files as paths relative to the repository (the worktree holds the committed
+    copies). Raises SittingError for a file that is missing or that HEAD does not hold as it
+    is in the checkout (the sitting would run another version of it)."""
+    if not params:
+        raise SittingError("no params file: give the layers, e.g. params/default.yaml "
+                           "params/reference.yaml params/reference-shi.yaml")
+    out = []
+    for p in params:
+        path = (root / p) if not Path(p).is_absolute() else Path(p)
+        if not path.is_file():
+            raise SittingError(f"{p}: no such params file")
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            raise SittingError(f"{p} is outside the repository: commit it under params/ so "
+                               "the sitting's records name it") from None
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", rel],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        if changed:
+            state = "is not committed" if changed.startswith("??") else "differs from HEAD"
+            raise SittingError(f"{rel} {state}: commit it, the sitting runs HEAD's copy")
+        out.append(rel)
+    return out
+
+
+def _worktree(root: Path) -> tuple[Path, str]:
+    """A detached worktree of HEAD in a fresh temporary folder, with the checkout's data/."""
+    sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    wt = Path(tempfile.mkdtemp(prefix=f"ddlstudy-sitting-{sha[:7]}-")) / "tree"
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(wt), sha],
+                   capture_output=True, text=True, check=True)
+    if (root / "data").exists() and not (wt / "data").exists():
+        (wt / "data").symlink_to((root / "data").resolve())
+    return wt, sha
+
+
+def _remove(root: Path, wt: Path) -> None:
+    subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(wt)],
+                   capture_output=True, text=True)
+    shutil.rmtree(wt.parent, ignore_errors=True)
+    subprocess.run(["git", "-C", str(root), "worktree", "prune"], capture_output=True)
+
+
+def _stop(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the sitting's process group (the report keeps finished runs), SIGKILL after
+    `grace_s` (TensorFlow ignores SIGTERM), and reap it."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # helpers (engines, controller) may outlive the leader: the group goes too
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def add_runs_lines(out: Path, reference: str = "results/reference") -> list[str]:
+    """For each chapter-03 emulated folder under `out` whose runs name a testbed, the command
+    that pools its runs into `reference`'s folder of that testbed and model."""
+    lines = []
+    for chapter in sorted(out.glob("03_ps_vs_ring-emulated-*")):
+        model = chapter.name.removeprefix("03_ps_vs_ring-emulated-")
+        testbeds = set()
+        for meta in chapter.glob("runs/*/meta.json"):
+            net = (json.loads(meta.read_text()).get("network") or {})
+            if net.get("testbed"):
+                testbeds.add(net["testbed"])
+        for tb in sorted(testbeds):
+            lines.append(f"python -m ddlstudy.records.reference add-runs {chapter} "
+                         f"{reference}/03_ps_vs_ring-testbed-{tb}-{model}")
+    return lines
+
+
+def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None = None,
+        grace_s: float = GRACE_S, module: str = "ddlstudy.report") -> int:
+    """Run `python -m module --params P... --out OUT` from a worktree of HEAD for at most
+    `seconds`; return its exit status (124 when the deadline stopped it). The committed
+    calibration (results/reference/netem_calibration.json, or $DDLSTUDY_NETEM_CALIBRATION) is
+    copied beside the worktree so the run cannot rewrite the repository's copy."""
+    root = root or store.project_root()
+    rel = check_params(params, root)
+    wt, sha = _worktree(root)
+    proc: subprocess.Popen | None = None
+    stopped = {"by": ""}
+
+    def note(signum: int, _frame: object) -> None:  # the loop below stops the report
+        stopped["by"] = signal.Signals(signum).name
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        env = dict(os.environ, PYTHONPATH=str(wt / "lib"), IPYTHONDIR=str(wt / ".ipython"),
+                   JUPYTER_CONFIG_DIR=str(wt / ".jupyter"), MPLBACKEND="Agg")
+        cal = Path(os.environ.get("DDLSTUDY_NETEM_CALIBRATION")
+                   or root / "results" / "reference" / "netem_calibration.json")
+        if cal.is_file():
+            shutil.copy(cal, wt.parent / "netem_calibration.json")
+            env["DDLSTUDY_NETEM_CALIBRATION"] = str(wt.parent / "netem_calibration.json")
+        cmd = [sys.executable, "-m", module, *(a for p in rel for a in ("--params", p)),
+               "--out", str(Path(out).resolve())]
+        print(f"sitting: {sha[:7]} (a worktree of HEAD), until "
+              f"{'no deadline' if seconds == float('inf') else f'{seconds:.0f} s from now'}: "
+              f"{' '.join(cmd[1:])}", flush=True)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=wt, env=env, start_new_session=True)
+        while proc.poll() is None:
+            if not stopped["by"] and time.monotonic() - t0 >= seconds:
+                stopped["by"] = "deadline"
+            if stopped["by"]:
+                _stop(proc, grace_s)
+                break
+            time.sleep(0.2)
+        rc = proc.returncode if proc.returncode is not None else -9
+        if stopped["by"]:
+            print(f"sitting: stopped by {stopped['by']} after {time.monotonic() - t0:.0f} s; "
+                  "finished runs are kept", flush=True)
+            rc = 124 if stopped["by"] == "deadline" else 128 + int(getattr(signal,
+                                                                           stopped["by"]))
+    finally:
+        if proc is not None and proc.poll() is None:
+            _stop(proc, grace_s)
+        for s, h in old.items():
+            signal.signal(s, h)
+        _remove(root, wt)
+    for line in add_runs_lines(Path(out)):
+        print(line)
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ddlstudy.records.sitting",
+        description="Run the report on HEAD's code from a throwaway worktree, to a deadline, "
+        "for reference cells; then print the add-runs lines that pool them.")
+    parser.add_argument("params", nargs="+", help="params files in layer order (committed)")
+    parser.add_argument("--out", required=True, help="a scratch run folder, not results/")
+    parser.add_argument("--until", default=None, help="stop at HH:MM (local time, today)")
+    parser.add_argument("--max-s", type=float, default=None, help="stop after S seconds")
+    parser.add_argument("--grace-s", type=float, default=GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL at the deadline")
+    args = parser.parse_args(argv)
+    try:
+        seconds = deadline(args.until, args.max_s)
+        out = Path(args.out)
+        if out.resolve().is_relative_to((store.project_root() / "results").resolve()):
+            raise SittingError(f"--out {args.out} is under results/: write to a scratch folder "
+                               "and pool with add-runs")
+        return run(args.params, out, seconds, grace_s=args.grace_s)
+    except SittingError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

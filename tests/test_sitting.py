@@ -1,0 +1,141 @@
+"""`python -m ddlstudy.records.sitting`: a reference sitting runs HEAD's code from a throwaway
+worktree, stops at its deadline or on a signal keeping nothing running, and leaves no worktree."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddlstudy.records import sitting
+from ddlstudy.records.sitting import SittingError, check_params, deadline
+
+SMOKE = ["params/default.yaml", "params/sitting-smoke.yaml"]
+CI = ["params/default.yaml", "params/ci.yaml"]  # minutes: a deadline of seconds always hits
+
+
+def _left_behind() -> list[str]:
+    """Processes whose command line or working directory is inside a sitting's worktree."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if "ddlstudy-sitting-" in cmd + cwd:
+            found.append(f"{proc.name}: {cmd[:120]}")
+    return found
+
+
+def _worktrees(root: Path) -> str:
+    return subprocess.run(["git", "-C", str(root), "worktree", "list"], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def _head(root: Path) -> str:
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_deadline_is_the_sooner_of_until_and_max_s():
+    now = dt.datetime(2026, 11, 27, 11, 0, 0)
+    assert deadline("11:30", None, now) == 1800
+    assert deadline("11:30", 60, now) == 60
+    assert deadline(None, None, now) == float("inf")
+    with pytest.raises(SittingError, match="has passed"):
+        deadline("10:59", None, now)
+    with pytest.raises(SittingError, match="HH:MM"):
+        deadline("25:99", None, now)
+    with pytest.raises(SittingError, match="> 0"):
+        deadline(None, 0, now)
+
+
+def test_params_must_be_committed_as_they_are(tmp_path: Path):
+    """The sitting runs HEAD's copy of each params file: a missing, uncommitted or edited file
+    is refused, naming it."""
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "a.yaml").write_text("run_id: a\n")
+    (tmp_path / "params" / "b.yaml").write_text("run_id: b\n")
+    subprocess.run([*git, "add", "params/a.yaml", "params/b.yaml"], check=True)
+    subprocess.run([*git, "commit", "-qm", "p"], check=True)
+    assert check_params(["params/a.yaml", str(tmp_path / "params" / "b.yaml")], tmp_path) == [
+        "params/a.yaml", "params/b.yaml"]
+    (tmp_path / "params" / "c.yaml").write_text("run_id: c\n")
+    (tmp_path / "params" / "b.yaml").write_text("run_id: edited\n")
+    with pytest.raises(SittingError, match="params/c.yaml is not committed"):
+        check_params(["params/c.yaml"], tmp_path)
+    with pytest.raises(SittingError, match="params/b.yaml differs from HEAD"):
+        check_params(["params/b.yaml"], tmp_path)
+    with pytest.raises(SittingError, match="no such params file"):
+        check_params(["params/d.yaml"], tmp_path)
+    with pytest.raises(SittingError, match="no params file"):
+        check_params([], tmp_path)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--until", "25:99"], "is not a time of day"),
+    (["--max-s", "-1"], "must be > 0"),
+    (["--out", "results/x"], "is under results/"),
+    (["params/nope.yaml"], "no such params file"),
+])
+def test_cli_bad_input_is_one_line_exit_2(repo_root: Path, tmp_path: Path, args: list[str],
+                                          match: str):
+    out = [] if "--out" in args else ["--out", str(tmp_path / "o")]
+    params = [] if any(a.endswith(".yaml") for a in args) else SMOKE
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.records.sitting", *out, *args,
+                           *params], cwd=repo_root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], lines
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_sitting_runs_heads_code_and_leaves_no_worktree(repo_root: Path, tmp_path: Path,
+                                                          capsys):
+    """Whatever the checkout holds uncommitted, the run's record names HEAD, clean."""
+    before = _worktrees(repo_root)
+    assert sitting.run(SMOKE, tmp_path / "out", 600.0, root=repo_root) == 0
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["git_sha"] == _head(repo_root)  # no "+dirty": the worktree's code ran
+    assert (tmp_path / "out" / "00_background.ipynb").is_file()
+    assert _worktrees(repo_root) == before and not _left_behind()
+    assert "(a worktree of HEAD)" in capsys.readouterr().out
+
+
+def test_the_deadline_stops_it_and_nothing_outlives_it(repo_root: Path, tmp_path: Path,
+                                                       capsys):
+    before = _worktrees(repo_root)
+    t0 = time.monotonic()
+    assert sitting.run(CI, tmp_path / "out", 8.0, root=repo_root, grace_s=30.0) == 124
+    assert time.monotonic() - t0 < 8.0 + 30.0 + 30.0
+    assert "stopped by deadline" in capsys.readouterr().out
+    assert _worktrees(repo_root) == before and not _left_behind()
+
+
+def test_sigterm_to_the_sitting_is_passed_on(repo_root: Path, tmp_path: Path):
+    """A SIGTERM to `python -m ddlstudy.records.sitting` stops the report (SIGTERM, then
+    SIGKILL after the grace), removes the worktree and exits 128 + 15."""
+    before = _worktrees(repo_root)
+    proc = subprocess.Popen([sys.executable, "-m", "ddlstudy.records.sitting", "--out",
+                             str(tmp_path / "out"), "--grace-s", "30", *CI], cwd=repo_root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = proc.stdout.readline()  # printed once the worktree exists, before the report starts
+    assert first.startswith("sitting: "), first
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "stopped by SIGTERM" in out
+    assert _worktrees(repo_root) == before and not _left_behind()
