@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from ddlstudy.cluster.engines import Cluster
+from ddlstudy.records.store import cpu_stall_s
 from ddlstudy.train.trainer import TrainConfig, train
 
 SUMMARY_REQUIRED = ["strategy", "algorithm", "model", "dataset", "workers", "batch_size",
@@ -88,6 +89,7 @@ def test_throughput_is_all_images_over_synchronized_wall_time(cluster: Cluster) 
     # each timed chunk carries the host's CPU pressure over its window; the run's is their
     # length-weighted mean (NaN only on a kernel without pressure information)
     pressure = res.chunks["host_cpu_pressure"]
+    assert pressure.notna().all() == (cpu_stall_s() is not None)
     if pressure.notna().all():
         assert ((pressure >= 0) & (pressure <= 1)).all()
         assert row["host_cpu_pressure"] == pytest.approx(
