@@ -50,19 +50,39 @@ def test_the_block_lists_exactly_the_short_cells(tmp_path: Path, monkeypatch) ->
                       ("allreduce", 6): 2})
     monkeypatch.setattr(coverage, "GRIDS", (GRID,))
     text = coverage.block(tmp_path)
-    assert text.startswith("3 of 4 testbed cells hold >= 5 independent runs, 1 fewer:")
+    assert text.startswith("3 of 4 grid cells hold >= 5 independent runs, 1 fewer "
+                           "(reproduction: 3 of 4):")
     lines = [x for x in text.splitlines() if x.startswith("| Shi 2019")]
-    assert lines == ["| Shi 2019 | shi2019 | resnet50 | allreduce | 6 | 2 | 2 runs, needs 5 | "
-                     "params/x.yaml |"]
+    assert lines == ["| Shi 2019 | reproduction | shi2019 | resnet50 | allreduce | 6 | 2 | "
+                     "2 runs, needs 5 | params/x.yaml |"]
+
+
+def test_an_update_grid_reads_its_chapter_folder_and_only_its_link_profile(tmp_path: Path):
+    """Today's regime: Wang's ring cells sit in chapter 05's folder beside the other profile's;
+    each grid counts only the rows of its own profile."""
+    rows = [{"strategy": "allreduce", "workers": n, "network": net, "repeat": r, "error": "",
+             "cpu_bound": False}
+            for net, k in (("IB-EDR", 5), ("10GbE", 2)) for n in (1, 6) for r in range(k)]
+    (tmp_path / "05_network_profiles").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "05_network_profiles" / "summary.csv", index=False)
+    grids = [coverage.Grid("Wang", coverage.TODAY, ("resnet50",), ("allreduce",), (1, 6), "p",
+                           profile=net, folder="05_network_profiles")
+             for net in ("IB-EDR", "10GbE")]
+    df = coverage.coverage(tmp_path, grids)
+    assert list(df["runs"]) == [5, 5, 2, 2] and set(df["column"]) == {"update"}
+    assert df["testbed"].iloc[0] == "today: H100 replayed, IB-EDR-like links, 1 GPU per node"
+    assert coverage.count_line(df) == ("2 of 4 grid cells hold >= 5 independent runs, 2 fewer "
+                                       "(update: 2 of 4)")
 
 
 def test_the_reference_grid_reads_every_grids_folder_and_the_cli_rejects_a_bad_folder(
         capsys) -> None:
     from ddlstudy.testbeds import catalog
 
-    assert {g.testbed for g in coverage.GRIDS} <= set(catalog.names())
+    assert {g.testbed for g in coverage.GRIDS} <= set(catalog.names()) | {coverage.TODAY}
+    assert {g.column for g in coverage.GRIDS} == {"reproduction", "update"}
     assert coverage.main([]) == 0
-    assert "testbed cells hold >= 5" in capsys.readouterr().out
+    assert "grid cells hold >= 5" in capsys.readouterr().out
     assert coverage.main(["/nonexistent/reference"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1

@@ -60,28 +60,30 @@ def test_deadline_is_the_sooner_of_until_and_max_s():
         deadline(None, 0, now)
 
 
-def test_params_must_be_committed_as_they_are(tmp_path: Path):
-    """The sitting runs HEAD's copy of each params file: a missing, uncommitted or edited file
-    is refused, naming it."""
-    git = ["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run([*git[:3], "init", "-q"], check=True)
-    (tmp_path / "params").mkdir()
-    (tmp_path / "params" / "a.yaml").write_text("run_id: a\n")
-    (tmp_path / "params" / "b.yaml").write_text("run_id: b\n")
-    subprocess.run([*git, "add", "params/a.yaml", "params/b.yaml"], check=True)
+def test_layers_head_does_not_hold_are_copied_in_untracked(tmp_path: Path):
+    """HEAD's copy runs where HEAD holds a params file unchanged; an uncommitted, edited or
+    outside file is copied into the worktree under LOCAL (untracked: the code stays clean)."""
+    repo = tmp_path / "repo"
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    (repo / "params").mkdir(parents=True)
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    for name in ("a", "b"):
+        (repo / "params" / f"{name}.yaml").write_text(f"run_id: {name}\n")
+    subprocess.run([*git, "add", "params"], check=True)
     subprocess.run([*git, "commit", "-qm", "p"], check=True)
-    assert check_params(["params/a.yaml", str(tmp_path / "params" / "b.yaml")], tmp_path) == [
-        "params/a.yaml", "params/b.yaml"]
-    (tmp_path / "params" / "c.yaml").write_text("run_id: c\n")
-    (tmp_path / "params" / "b.yaml").write_text("run_id: edited\n")
-    with pytest.raises(SittingError, match="params/c.yaml is not committed"):
-        check_params(["params/c.yaml"], tmp_path)
-    with pytest.raises(SittingError, match="params/b.yaml differs from HEAD"):
-        check_params(["params/b.yaml"], tmp_path)
+    (repo / "params" / "c.yaml").write_text("run_id: c\n")
+    (repo / "params" / "b.yaml").write_text("run_id: edited\n")
+    (tmp_path / "outside.yaml").write_text("run_id: o\n")
+    layers = check_params(["params/a.yaml", str(repo / "params" / "b.yaml"), "params/c.yaml",
+                           str(tmp_path / "outside.yaml")], repo)
+    assert layers == [("params/a.yaml", None),
+                      (f"{sitting.LOCAL}/01-b.yaml", (repo / "params" / "b.yaml").resolve()),
+                      (f"{sitting.LOCAL}/02-c.yaml", (repo / "params" / "c.yaml").resolve()),
+                      (f"{sitting.LOCAL}/03-outside.yaml", (tmp_path / "outside.yaml").resolve())]
     with pytest.raises(SittingError, match="no such params file"):
-        check_params(["params/d.yaml"], tmp_path)
+        check_params(["params/d.yaml"], repo)
     with pytest.raises(SittingError, match="no params file"):
-        check_params([], tmp_path)
+        check_params([], repo)
 
 
 @pytest.mark.parametrize("args, match", [
@@ -104,14 +106,19 @@ def test_cli_bad_input_is_one_line_exit_2(repo_root: Path, tmp_path: Path, args:
 
 def test_a_sitting_runs_heads_code_and_leaves_no_worktree(repo_root: Path, tmp_path: Path,
                                                           capsys):
-    """Whatever the checkout holds uncommitted, the run's record names HEAD, clean."""
+    """Whatever the checkout holds uncommitted, the run's record names HEAD, clean; a layer
+    from outside the repository runs too, and the record holds what it set."""
     before = _worktrees(repo_root)
-    assert sitting.run(SMOKE, tmp_path / "out", 600.0, root=repo_root) == 0
+    layer = tmp_path / "mine.yaml"
+    layer.write_text((repo_root / SMOKE[1]).read_text() + "seed: 7\n")
+    assert sitting.run([SMOKE[0], str(layer)], tmp_path / "out", 600.0, root=repo_root) == 0
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
     assert meta["git_sha"] == _head(repo_root)  # no "+dirty": the worktree's code ran
+    assert meta["params"]["seed"] == 7 and meta["params"]["run_id"] == "sitting-smoke"
     assert (tmp_path / "out" / "00_background.ipynb").is_file()
     assert _worktrees(repo_root) == before and not _left_behind()
-    assert "(a worktree of HEAD)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(a worktree of HEAD)" in out and "mine.yaml is not HEAD's" in out
 
 
 def test_the_deadline_stops_it_and_nothing_outlives_it(repo_root: Path, tmp_path: Path,

@@ -60,29 +60,38 @@ def deadline(until: str | None, max_s: float | None, now: dt.datetime | None = N
     return left
 
 
-def check_params(params: Sequence[str], root: Path) -> list[str]:
-    """The params files as paths relative to the repository (the worktree holds the committed
-    copies). Raises SittingError for a file that is missing or that HEAD does not hold as it
-    is in the checkout (the sitting would run another version of it)."""
+LOCAL = "params/sitting-local"  # in the worktree: layers HEAD does not hold, untracked
+
+
+def check_params(params: Sequence[str], root: Path) -> list[tuple[str, Path | None]]:
+    """Each params file as (its path inside the worktree, the file to copy there or None). A
+    file HEAD holds as it is in the checkout runs as HEAD's copy (None); one that is not
+    committed, differs from HEAD or lies outside the repository is copied to LOCAL as an
+    untracked file, which leaves the worktree's code clean (`store.git_sha` ignores untracked
+    files); every run's meta.json records the params it ran either way. Raises SittingError
+    for a missing file or none at all."""
     if not params:
         raise SittingError("no params file: give the layers, e.g. params/default.yaml "
                            "params/reference.yaml params/reference-shi.yaml")
-    out = []
-    for p in params:
+    out: list[tuple[str, Path | None]] = []
+    for i, p in enumerate(params):
         path = (root / p) if not Path(p).is_absolute() else Path(p)
         if not path.is_file():
             raise SittingError(f"{p}: no such params file")
         try:
             rel = path.resolve().relative_to(root.resolve()).as_posix()
         except ValueError:
-            raise SittingError(f"{p} is outside the repository: commit it under params/ so "
-                               "the sitting's records name it") from None
-        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", rel],
-                                 capture_output=True, text=True, check=True).stdout.strip()
-        if changed:
-            state = "is not committed" if changed.startswith("??") else "differs from HEAD"
-            raise SittingError(f"{rel} {state}: commit it, the sitting runs HEAD's copy")
-        out.append(rel)
+            rel = ""
+        if rel:
+            git = ["git", "-C", str(root)]
+            tracked = subprocess.run([*git, "ls-files", "--", rel], capture_output=True,
+                                     text=True, check=True).stdout.strip()
+            changed = subprocess.run([*git, "status", "--porcelain", "--", rel],
+                                     capture_output=True, text=True, check=True).stdout.strip()
+            if tracked and not changed:
+                out.append((rel, None))
+                continue
+        out.append((f"{LOCAL}/{i:02d}-{path.name}", path.resolve()))
     return out
 
 
@@ -148,8 +157,14 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
     calibration (results/reference/netem_calibration.json, or $DDLSTUDY_NETEM_CALIBRATION) is
     copied beside the worktree so the run cannot rewrite the repository's copy."""
     root = root or store.project_root()
-    rel = check_params(params, root)
+    layers = check_params(params, root)
     wt, sha = _worktree(root)
+    for rel, source in layers:
+        if source is not None:
+            (wt / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, wt / rel)
+            print(f"sitting: {source} is not HEAD's: it runs as {rel} (untracked; each run's "
+                  "meta.json records its contents)", flush=True)
     proc: subprocess.Popen | None = None
     stopped = {"by": ""}
 
@@ -165,7 +180,7 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
         if cal.is_file():
             shutil.copy(cal, wt.parent / "netem_calibration.json")
             env["DDLSTUDY_NETEM_CALIBRATION"] = str(wt.parent / "netem_calibration.json")
-        cmd = [sys.executable, "-m", module, *(a for p in rel for a in ("--params", p)),
+        cmd = [sys.executable, "-m", module, *(a for p, _ in layers for a in ("--params", p)),
                "--out", str(Path(out).resolve())]
         print(f"sitting: {sha[:7]} (a worktree of HEAD), until "
               f"{'no deadline' if seconds == float('inf') else f'{seconds:.0f} s from now'}: "
@@ -201,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m ddlstudy.records.sitting",
         description="Run the report on HEAD's code from a throwaway worktree, to a deadline, "
         "for reference cells; then print the add-runs lines that pool them.")
-    parser.add_argument("params", nargs="+", help="params files in layer order (committed)")
+    parser.add_argument("params", nargs="+", help="params files in layer order (HEAD's copy "
+                        "where it holds them unchanged, else copied beside the worktree)")
     parser.add_argument("--out", required=True, help="a scratch run folder, not results/")
     parser.add_argument("--until", default=None, help="stop at HH:MM (local time, today)")
     parser.add_argument("--max-s", type=float, default=None, help="stop after S seconds")

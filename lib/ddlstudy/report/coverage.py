@@ -1,15 +1,20 @@
-"""Which testbed cells `results/reference` holds, and which it still lacks (issue 21's grid).
+"""Which grid cells `results/reference` holds, and which it still lacks, for both of chapter
+99's columns.
 
     python -m ddlstudy.report.coverage [results/reference]      # one line per grid cell
 
-A testbed grid is a paper's experiment on that paper's (emulated) testbed: Shi 2019's five models
-x 1, 3 and 6 workers x PS / ring, Wang (NCHC)'s ResNet-50 at 1 GPU and at 2, 3 and 4 nodes of 8
-GPUs on both links, the fair parameter servers (overlapped S = 1, co-located S = N) and the
-links-only what-if. Each cell's usable runs (no error, not cpu_bound: the rows chapter 99 reads)
-are counted in `03_ps_vs_ring-testbed-<testbed>-<model>/summary.csv` against the 5 independent
-runs a verdict needs, with the params file that measures the cell. The table is generated into
-docs/results.md (`python -m ddlstudy.report.readme`), so what is missing is read from the
-records, never typed by hand.
+The reproduction grids (issue 21) are a paper's experiment on that paper's (emulated) testbed:
+Shi 2019's five models x 1, 3 and 6 workers x PS / ring, Wang (NCHC)'s ResNet-50 at 1 GPU and at
+2, 3 and 4 nodes of 8 GPUs on both links, the fair parameter servers (overlapped S = 1,
+co-located S = N) and the links-only what-if; their cells are in
+`03_ps_vs_ring-testbed-<testbed>-<model>/`. The update grids are the same experiments on today's
+regime, the study's own emulated cluster (an H100's compute replayed, one GPU per node, the
+link profile named): Shi's grid in `03_ps_vs_ring-emulated-<model>/`, Wang's ring at 1 and 6
+workers on IB-EDR and 10GbE in `05_network_profiles/`. Each cell's usable runs (no error, not
+cpu_bound: the rows chapter 99 reads) are counted against the 5 independent runs a verdict
+needs, with the params file that measures the cell. The table is generated into docs/results.md
+(`python -m ddlstudy.report.readme`), so what is missing is read from the records, never typed
+by hand.
 """
 
 from __future__ import annotations
@@ -35,9 +40,14 @@ def _models(testbed: str) -> tuple[str, ...]:
 
 
 
+TODAY = "today"  # a grid on the study's own emulated regime, not a catalog testbed
+
+
 @dataclass(frozen=True)
 class Grid:
-    """One paper's experiment on one testbed: every (model, strategy, workers) cell of it."""
+    """One paper's experiment in one regime: every (model, strategy, workers) cell of it. A
+    reproduction grid names a catalog testbed; an update grid (`testbed` TODAY) names the link
+    `profile` of the study's own cluster and the chapter `folder` that holds its cells."""
 
     paper: str
     testbed: str
@@ -45,9 +55,26 @@ class Grid:
     strategies: tuple[str, ...]
     workers: tuple[int, ...]
     params: str  # the params file (layered on default + reference) that measures it
+    profile: str = ""  # update grids: only rows of this link profile (`network` column)
+    folder: str = "03_ps_vs_ring-testbed-{testbed}-{model}"
 
     def cells(self) -> list[tuple[str, str, int]]:
         return [(m, s, n) for m in self.models for s in self.strategies for n in self.workers]
+
+    @property
+    def column(self) -> str:
+        """Chapter 99's column its cells feed: the reproduction or the update."""
+        return "update" if self.testbed == TODAY else "reproduction"
+
+    @property
+    def regime(self) -> str:
+        """The table's testbed column: the catalog name, or today's regime in words."""
+        if self.testbed != TODAY:
+            return self.testbed
+        return f"today: H100 replayed, {self.profile}-like links, 1 GPU per node"
+
+    def path(self, ref: Path, model: str) -> Path:
+        return ref / self.folder.format(testbed=self.testbed, model=model) / "summary.csv"
 
 
 GRIDS = (
@@ -63,15 +90,26 @@ GRIDS = (
     Grid("Wang (NCHC), 10GbE", "wang_nchc_10gbe", ("resnet50",), ("allreduce",),
          (1, 8, 16, 24, 32),
          "params/reference-wang-nodes.yaml (+ reference-wang-3x8 / -4x8.yaml)"),
+    Grid("Shi 2019", TODAY, _models("shi2019"), ("ps_sync", "allreduce"), (1, 3, 6),
+         "params/reference-repeats-update.yaml, a last layer naming the model and workers",
+         profile="10GbE", folder="03_ps_vs_ring-emulated-{model}"),
+    Grid("Wang (NCHC), InfiniBand", TODAY, ("resnet50",), ("allreduce",), (1, 6),
+         "params/reference-repeats-profiles.yaml", profile="IB-EDR",
+         folder="05_network_profiles"),
+    Grid("Wang (NCHC), 10GbE", TODAY, ("resnet50",), ("allreduce",), (1, 6),
+         "params/reference-repeats-profiles.yaml", profile="10GbE",
+         folder="05_network_profiles"),
 )
 
 
-def runs_per_cell(ref: Path, testbed: str, model: str) -> dict[tuple[str, int], int]:
-    """(strategy, workers) -> usable independent runs in the testbed's folder for `model`."""
-    path = ref / f"03_ps_vs_ring-testbed-{testbed}-{model}" / "summary.csv"
+def runs_per_cell(path: Path, profile: str = "") -> dict[tuple[str, int], int]:
+    """(strategy, workers) -> usable independent runs in one summary.csv (with `profile`, only
+    its rows of that link profile)."""
     if not path.is_file() or not path.stat().st_size:
         return {}
     df = usable(pd.read_csv(path))
+    if profile and "network" in df:
+        df = df[df["network"].astype(str) == profile]
     if df.empty or not {"strategy", "workers"} <= set(df):
         return {}
     return {(str(s), int(n)): int(part["repeat"].nunique())
@@ -79,26 +117,32 @@ def runs_per_cell(ref: Path, testbed: str, model: str) -> dict[tuple[str, int], 
 
 
 def coverage(ref: Path, grids: Sequence[Grid] | None = None) -> pd.DataFrame:
-    """One row per grid cell: paper, testbed, model, strategy, workers, runs, status ('ok',
-    'N runs, needs 5' or 'not measured') and the params file that measures it."""
+    """One row per grid cell: paper, column (reproduction / update), testbed, model, strategy,
+    workers, runs, status ('ok', 'N runs, needs 5' or 'not measured') and the params file that
+    measures it."""
     rows = []
     for g in GRIDS if grids is None else grids:
-        found = {m: runs_per_cell(ref, g.testbed, m) for m in g.models}
+        found = {m: runs_per_cell(g.path(ref, m), g.profile) for m in g.models}
         for model, strategy, n in g.cells():
             k = found[model].get((strategy, n), 0)
             status = ("ok" if k >= MIN_RUNS else "not measured" if k == 0
                       else f"{k} run{'s' if k > 1 else ''}, needs {MIN_RUNS}")
-            rows.append({"paper": g.paper, "testbed": g.testbed, "model": model,
+            rows.append({"paper": g.paper, "column": g.column, "testbed": g.regime,
+                         "model": model,
                          "strategy": strategy, "workers": n, "runs": k, "status": status,
                          "params": g.params})
     return pd.DataFrame(rows)
 
 
 def count_line(df: pd.DataFrame) -> str:
-    """'K of M testbed cells hold >= 5 independent runs, J fewer' for a `coverage` table."""
-    ok = int((df["status"] == "ok").sum())
-    return (f"{ok} of {len(df)} testbed cells hold >= {MIN_RUNS} independent runs, "
-            f"{len(df) - ok} fewer")
+    """'K of M grid cells hold >= 5 independent runs, J fewer (reproduction: a of b; update:
+    c of d)' for a `coverage` table."""
+    ok = df["status"] == "ok"
+    parts = "; ".join(f"{col}: {int(ok[df['column'] == col].sum())} of "
+                      f"{int((df['column'] == col).sum())}"
+                      for col in ("reproduction", "update") if (df["column"] == col).any())
+    return (f"{int(ok.sum())} of {len(df)} grid cells hold >= {MIN_RUNS} independent runs, "
+            f"{len(df) - int(ok.sum())} fewer ({parts})")
 
 
 def block(ref: Path) -> str:
