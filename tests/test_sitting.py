@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,8 +22,9 @@ SMOKE = ["params/default.yaml", "params/sitting-smoke.yaml"]
 CI = ["params/default.yaml", "params/ci.yaml"]  # minutes: a deadline of seconds always hits
 
 
-def _left_behind() -> list[str]:
-    """Processes whose command line or working directory is inside a sitting's worktree."""
+def _left_behind(where: Path) -> list[str]:
+    """Processes whose command line or working directory is inside `where` (the tests put
+    their sittings' worktrees there, so a real sitting beside them does not count)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -32,7 +34,7 @@ def _left_behind() -> list[str]:
             cwd = os.readlink(proc / "cwd")
         except OSError:
             continue
-        if "ddlstudy-sitting-" in cmd + cwd:
+        if str(where) in cmd + cwd:
             found.append(f"{proc.name}: {cmd[:120]}")
     return found
 
@@ -86,6 +88,12 @@ def test_layers_head_does_not_hold_are_copied_in_untracked(tmp_path: Path):
         check_params([], repo)
 
 
+def test_outside_a_git_checkout_it_says_so(tmp_path: Path):
+    (tmp_path / "p.yaml").write_text("run_id: x\n")
+    with pytest.raises(SittingError, match="is not a git checkout"):
+        sitting.run([str(tmp_path / "p.yaml")], tmp_path / "out", 10.0, root=tmp_path)
+
+
 @pytest.mark.parametrize("args, match", [
     (["--until", "25:99"], "is not a time of day"),
     (["--max-s", "-1"], "must be > 0"),
@@ -104,6 +112,13 @@ def test_cli_bad_input_is_one_line_exit_2(repo_root: Path, tmp_path: Path, args:
     assert not (tmp_path / "o").exists()
 
 
+@pytest.fixture(autouse=True)
+def _worktrees_in_tmp(tmp_path: Path, monkeypatch) -> None:
+    """Each test's sitting makes its worktree under its own tmp_path."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 def test_a_sitting_runs_heads_code_and_leaves_no_worktree(repo_root: Path, tmp_path: Path,
                                                           capsys):
     """Whatever the checkout holds uncommitted, the run's record names HEAD, clean; a layer
@@ -116,7 +131,7 @@ def test_a_sitting_runs_heads_code_and_leaves_no_worktree(repo_root: Path, tmp_p
     assert meta["git_sha"] == _head(repo_root)  # no "+dirty": the worktree's code ran
     assert meta["params"]["seed"] == 7 and meta["params"]["run_id"] == "sitting-smoke"
     assert (tmp_path / "out" / "00_background.ipynb").is_file()
-    assert _worktrees(repo_root) == before and not _left_behind()
+    assert _worktrees(repo_root) == before and not _left_behind(tmp_path)
     out = capsys.readouterr().out
     assert "(a worktree of HEAD)" in out and "mine.yaml is not HEAD's" in out
 
@@ -128,7 +143,7 @@ def test_the_deadline_stops_it_and_nothing_outlives_it(repo_root: Path, tmp_path
     assert sitting.run(CI, tmp_path / "out", 8.0, root=repo_root, grace_s=30.0) == 124
     assert time.monotonic() - t0 < 8.0 + 30.0 + 30.0
     assert "stopped by deadline" in capsys.readouterr().out
-    assert _worktrees(repo_root) == before and not _left_behind()
+    assert _worktrees(repo_root) == before and not _left_behind(tmp_path)
 
 
 def test_sigterm_to_the_sitting_is_passed_on(repo_root: Path, tmp_path: Path):
@@ -145,4 +160,4 @@ def test_sigterm_to_the_sitting_is_passed_on(repo_root: Path, tmp_path: Path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert "stopped by SIGTERM" in out
-    assert _worktrees(repo_root) == before and not _left_behind()
+    assert _worktrees(repo_root) == before and not _left_behind(tmp_path)

@@ -85,9 +85,9 @@ def check_params(params: Sequence[str], root: Path) -> list[tuple[str, Path | No
         if rel:
             git = ["git", "-C", str(root)]
             tracked = subprocess.run([*git, "ls-files", "--", rel], capture_output=True,
-                                     text=True, check=True).stdout.strip()
+                                     text=True).stdout.strip()
             changed = subprocess.run([*git, "status", "--porcelain", "--", rel],
-                                     capture_output=True, text=True, check=True).stdout.strip()
+                                     capture_output=True, text=True).stdout.strip()
             if tracked and not changed:
                 out.append((rel, None))
                 continue
@@ -96,9 +96,14 @@ def check_params(params: Sequence[str], root: Path) -> list[tuple[str, Path | No
 
 
 def _worktree(root: Path) -> tuple[Path, str]:
-    """A detached worktree of HEAD in a fresh temporary folder, with the checkout's data/."""
-    sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                         text=True, check=True).stdout.strip()
+    """A detached worktree of HEAD in a fresh temporary folder, with the checkout's data/.
+    Raises SittingError outside a git checkout (an installed copy has no HEAD to run)."""
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    if head.returncode != 0:
+        raise SittingError(f"{root} is not a git checkout with a commit: a sitting runs HEAD's "
+                           "code, so run it from a clone of the study")
+    sha = head.stdout.strip()
     wt = Path(tempfile.mkdtemp(prefix=f"ddlstudy-sitting-{sha[:7]}-")) / "tree"
     subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(wt), sha],
                    capture_output=True, text=True, check=True)
