@@ -97,6 +97,26 @@ def test_nested_cells_keep_their_folders_and_count_as_runs(tmp_path: Path) -> No
     assert sorted(cells["images_per_sec_cluster"]) == [100.0, 101.0, 102.0]
 
 
+
+def test_appended_runs_take_the_cells_constants_but_not_another_runs_speedup(tmp_path: Path):
+    """Chapter 05 keeps cells per profile and a summary with columns its cells lack: a new run's
+    row copies the cell's constants (profile, conditions) and leaves the per-run derived ones
+    (speed-up, efficiency) empty instead of copying run 0's."""
+    dest, src = tmp_path / "ref" / "05_network_profiles", tmp_path / "src" / "05_network_profiles"
+    cell = Path("10GbE") / "allreduce_resnet50_x2_replay"
+    _run(dest / "runs" / cell, 100.0)
+    pd.DataFrame([{"model": "resnet50", "strategy": "ps_sync", "workers": 2,
+                   "images_per_sec_cluster": 100.0, "profile": "10GbE", "conditions": "c",
+                   "speedup": 1.7, "efficiency": 0.85, "repeat": 0}]).to_csv(
+        dest / "summary.csv", index=False)
+    _run(src / "runs" / cell, 120.0)
+    assert reference.add_runs(src, dest) == {str(cell): 1}
+    table = pd.read_csv(dest / "summary.csv")
+    new = table[table["repeat"] == 1].iloc[0]
+    assert new["images_per_sec_cluster"] == 120.0
+    assert new["profile"] == "10GbE" and new["conditions"] == "c"
+    assert pd.isna(new["speedup"]) and pd.isna(new["efficiency"])
+
 def _meta(folder: Path, network: dict | None, params: dict | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([{"model": "resnet50", "strategy": "ps_sync", "workers": 2,

@@ -321,10 +321,16 @@ def add_rows(src: Path, dest: Path, table: str, keys: list[str],
     return len(fresh)
 
 
+# Columns a chapter derives from several runs (speed-up over its 1-worker cell): a new run's row
+# leaves them empty rather than copy another run's value; the chapter recomputes them.
+PER_RUN_DERIVED = frozenset({"base_images_per_sec", "speedup", "efficiency"})
+
+
 def append_summary(chapter: Path, new_runs: list[tuple[Path, int]]) -> pd.DataFrame:
     """Append one row per new run (cell folder, repeat) to `chapter`/summary.csv, for chapters
     whose summary carries columns their cells do not (chapter 07: `profile` from the folder it
-    groups cells by, `engines`): those come from the cell's existing row."""
+    groups cells by, `engines`): those come from the cell's existing row, except the
+    PER_RUN_DERIVED ones, left empty."""
     table = pd.read_csv(chapter / "summary.csv")
     rows = []
     for cell, k in new_runs:
@@ -340,7 +346,7 @@ def append_summary(chapter: Path, new_runs: list[tuple[Path, int]]) -> pd.DataFr
             if key in same and key in df:
                 same = same[same[key] == df[key].iloc[0]]
         for col in table.columns:
-            if col not in df and len(same):
+            if col not in df and col not in PER_RUN_DERIVED and len(same):
                 df[col] = same[col].iloc[0]
         rows.append(df)
     if rows:
