@@ -161,3 +161,40 @@ def test_sigterm_to_the_sitting_is_passed_on(repo_root: Path, tmp_path: Path):
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert "stopped by SIGTERM" in out
     assert _worktrees(repo_root) == before and not _left_behind(tmp_path)
+
+
+def test_the_add_runs_lines_send_each_chapter_to_its_reference_folder(tmp_path: Path):
+    for chapter, testbed in (("03_ps_vs_ring-emulated-vgg19", "shi2019"),
+                             ("03_ps_vs_ring-emulated-alexnet", None),
+                             ("05_network_profiles", None)):
+        run = tmp_path / chapter / "runs" / "cell"
+        run.mkdir(parents=True)
+        (run / "meta.json").write_text(json.dumps({"network": {"testbed": testbed}}))
+    (tmp_path / "00_background").mkdir()  # no runs: nothing to pool
+    pool = "python -m ddlstudy.records.reference add-runs"
+    assert sitting.add_runs_lines(tmp_path) == [
+        f"{pool} {tmp_path}/03_ps_vs_ring-emulated-alexnet "
+        "results/reference/03_ps_vs_ring-emulated-alexnet",
+        f"{pool} {tmp_path}/03_ps_vs_ring-emulated-vgg19 "
+        "results/reference/03_ps_vs_ring-testbed-shi2019-vgg19",
+        f"{pool} {tmp_path}/05_network_profiles results/reference/05_network_profiles"]
+    assert sitting.add_runs_lines(tmp_path / "missing") == []
+
+
+def test_a_process_that_left_the_sittings_session_is_found_and_killed():
+    """A child in a session of its own (as a notebook kernel is) escapes killpg; it still
+    carries the sitting's tag in its environment, and the sweep kills it."""
+    tag = f"test-{os.getpid()}"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, **{sitting.TAG: tag}), start_new_session=True)
+    try:
+        deadline_t = time.monotonic() + 10
+        while child.pid not in sitting.stragglers(tag) and time.monotonic() < deadline_t:
+            time.sleep(0.05)
+        assert sitting.stragglers(tag) == [child.pid]
+        assert sitting._sweep(tag) == 1
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        assert sitting.stragglers(tag) == []
+    finally:
+        if child.poll() is None:
+            child.kill()

@@ -5,9 +5,10 @@ leaves runs of uncommitted code out). A sitting therefore runs from a throwaway 
 HEAD (data linked, the committed host calibration copied beside it), so edits in the checkout
 neither enter the records nor change under a run that lasts hours. It runs in a session of its
 own and gets SIGTERM at the deadline (the report keeps every finished run; SIGKILL after
-`grace_s`); a SIGINT / SIGTERM to the sitting is passed on the same way. The worktree is removed
-at the end, whatever ends it. Afterwards it prints, for each chapter-03 testbed folder it wrote,
-the `add-runs` line that pools its runs into results/reference.
+`grace_s`); a SIGINT / SIGTERM to the sitting is passed on the same way. Every process it starts
+carries TAG in its environment, and any still alive at the end is killed, whichever session it
+moved to. The worktree is removed at the end, whatever ends it. Afterwards it prints, for each
+chapter folder with runs it wrote, the `add-runs` line that pools them into results/reference.
 
 `python -m ddlstudy.records.sitting --out DIR [--until HH:MM | --max-s S] PARAMS.yaml...`
 """
@@ -138,20 +139,56 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> None:
         pass
 
 
+TAG = "DDLSTUDY_SITTING"  # in the environment of every process a sitting starts
+
+
+def stragglers(tag: str) -> list[int]:
+    """Pids of processes whose environment carries TAG=`tag`: what a sitting started, at any
+    depth (a notebook kernel or an engine in a session of its own included)."""
+    mark = f"{TAG}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if mark in env.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def _sweep(tag: str) -> int:
+    """SIGKILL every process still carrying the sitting's tag (one that left the sitting's
+    process group, e.g. a kernel started in a session of its own, when SIGKILL came before its
+    parent could stop it); returns how many."""
+    pids = stragglers(tag)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
 def add_runs_lines(out: Path, reference: str = "results/reference") -> list[str]:
-    """For each chapter-03 emulated folder under `out` whose runs name a testbed, the command
-    that pools its runs into `reference`'s folder of that testbed and model."""
+    """For each chapter folder under `out` holding runs, the command that pools them into
+    `reference`: a chapter-03 emulated folder whose runs name a testbed goes to that testbed's
+    folder (03_ps_vs_ring-testbed-<testbed>-<model>), any other to the folder of its own name."""
+    if not out.is_dir():
+        return []
     lines = []
-    for chapter in sorted(out.glob("03_ps_vs_ring-emulated-*")):
-        model = chapter.name.removeprefix("03_ps_vs_ring-emulated-")
-        testbeds = set()
-        for meta in chapter.glob("runs/*/meta.json"):
-            net = (json.loads(meta.read_text()).get("network") or {})
-            if net.get("testbed"):
-                testbeds.add(net["testbed"])
-        for tb in sorted(testbeds):
-            lines.append(f"python -m ddlstudy.records.reference add-runs {chapter} "
-                         f"{reference}/03_ps_vs_ring-testbed-{tb}-{model}")
+    for chapter in sorted(p for p in out.iterdir() if (p / "runs").is_dir()):
+        dest = chapter.name
+        if chapter.name.startswith("03_ps_vs_ring-emulated-"):
+            model = chapter.name.removeprefix("03_ps_vs_ring-emulated-")
+            testbeds = {(json.loads(m.read_text()).get("network") or {}).get("testbed")
+                        for m in chapter.glob("runs/*/meta.json")} - {None, ""}
+            if len(testbeds) == 1:
+                dest = f"03_ps_vs_ring-testbed-{testbeds.pop()}-{model}"
+        lines.append(f"python -m ddlstudy.records.reference add-runs {chapter} "
+                     f"{reference}/{dest}")
     return lines
 
 
@@ -179,7 +216,8 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
     old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         env = dict(os.environ, PYTHONPATH=str(wt / "lib"), IPYTHONDIR=str(wt / ".ipython"),
-                   JUPYTER_CONFIG_DIR=str(wt / ".jupyter"), MPLBACKEND="Agg")
+                   JUPYTER_CONFIG_DIR=str(wt / ".jupyter"), MPLBACKEND="Agg",
+                   **{TAG: wt.parent.name})
         cal = Path(os.environ.get("DDLSTUDY_NETEM_CALIBRATION")
                    or root / "results" / "reference" / "netem_calibration.json")
         if cal.is_file():
@@ -208,6 +246,9 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
     finally:
         if proc is not None and proc.poll() is None:
             _stop(proc, grace_s)
+        if proc is not None and (n := _sweep(wt.parent.name)):
+            print(f"sitting: {n} process(es) it started outlived the report: killed",
+                  flush=True)
         for s, h in old.items():
             signal.signal(s, h)
         _remove(root, wt)
