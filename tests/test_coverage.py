@@ -86,3 +86,15 @@ def test_the_reference_grid_reads_every_grids_folder_and_the_cli_rejects_a_bad_f
     assert coverage.main(["/nonexistent/reference"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_a_grid_of_s_servers_counts_only_runs_with_that_many(tmp_path: Path) -> None:
+    """ps_overlap with 1 server and with 3 are different cells at the same worker count."""
+    rows = [{"strategy": "ps_overlap", "workers": 6, "servers": k, "repeat": r, "error": "",
+             "cpu_bound": False} for k, n in ((1, 5), (3, 2)) for r in range(n)]
+    folder = tmp_path / "03_ps_vs_ring-testbed-shi2019-resnet50"
+    folder.mkdir()
+    pd.DataFrame(rows).to_csv(folder / "summary.csv", index=False)
+    one, three = (coverage.Grid("Shi", "shi2019", ("resnet50",), ("ps_overlap",), (6,), "p",
+                                servers=k) for k in (1, 3))
+    assert list(coverage.coverage(tmp_path, [one, three])["runs"]) == [5, 2]

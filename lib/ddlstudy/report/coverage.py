@@ -5,9 +5,9 @@
 
 The reproduction grids (issue 21) are a paper's experiment on that paper's (emulated) testbed:
 Shi 2019's five models x 1, 3 and 6 workers x PS / ring, Wang (NCHC)'s ResNet-50 at 1 GPU and at
-2, 3 and 4 nodes of 8 GPUs on both links, the fair parameter servers (overlapped S = 1,
-co-located S = N) and the links-only what-if; their cells are in
-`03_ps_vs_ring-testbed-<testbed>-<model>/`. The update grids are the same experiments on today's
+2, 3 and 4 nodes of 8 GPUs on both links, the fair parameter servers (overlapped with S = 1 and
+with S = 3 servers on separate nodes, co-located S = N) and the links-only what-if; their cells
+are in `03_ps_vs_ring-testbed-<testbed>-<model>/`. The update grids are the same experiments on today's
 regime, the study's own emulated cluster (an H100's compute replayed, one GPU per node, the
 link profile named): Shi's grid in `03_ps_vs_ring-emulated-<model>/`, Wang's ring at 1 and 6
 workers on IB-EDR and 10GbE in `05_network_profiles/`. Each cell's usable runs (no error, not
@@ -57,6 +57,7 @@ class Grid:
     params: str  # the params file (layered on default + reference) that measures it
     profile: str = ""  # update grids: only rows of this link profile (`network` column)
     folder: str = "03_ps_vs_ring-testbed-{testbed}-{model}"
+    servers: int | None = None  # only rows with this many PS servers (a PS of S > 1)
 
     def cells(self) -> list[tuple[str, str, int]]:
         return [(m, s, n) for m in self.models for s in self.strategies for n in self.workers]
@@ -80,8 +81,12 @@ class Grid:
 GRIDS = (
     Grid("Shi 2019", "shi2019", _models("shi2019"), ("ps_sync", "allreduce"), (1, 3, 6),
          "params/reference-shi-ps-models.yaml / -ring-models.yaml, one model a last layer"),
-    Grid("Shi 2019 (fair PS, S = 1 overlapped; S = N co-located)", "shi2019", ("resnet50",),
-         ("ps_overlap", "ps_colocated"), (3, 6), "params/reference-fairps.yaml"),
+    Grid("Shi 2019 (fair PS, S = 1 overlapped)", "shi2019", ("resnet50",), ("ps_overlap",),
+         (3, 6), "params/reference-fairps.yaml", servers=1),
+    Grid("Shi 2019 (fair PS, S = N co-located)", "shi2019", ("resnet50",), ("ps_colocated",),
+         (3, 6), "params/reference-fairps.yaml"),
+    Grid("Shi 2019 (fair PS, S = 3 on separate nodes)", "shi2019", ("resnet50",),
+         ("ps_overlap",), (6,), "params/reference-fairps-servers.yaml", servers=3),
     Grid("Shi 2019 (what-if: 10 Gb/s links)", "shi2019_10g", ("resnet50",), ("allreduce",),
          (6,), "params/reference-shi-links.yaml"),
     Grid("Wang (NCHC), InfiniBand", "wang_nchc_ib", ("resnet50",), ("allreduce",),
@@ -102,14 +107,17 @@ GRIDS = (
 )
 
 
-def runs_per_cell(path: Path, profile: str = "") -> dict[tuple[str, int], int]:
+def runs_per_cell(path: Path, profile: str = "",
+                  servers: int | None = None) -> dict[tuple[str, int], int]:
     """(strategy, workers) -> usable independent runs in one summary.csv (with `profile`, only
-    its rows of that link profile)."""
+    its rows of that link profile; with `servers`, only rows of that many PS servers)."""
     if not path.is_file() or not path.stat().st_size:
         return {}
     df = usable(pd.read_csv(path))
     if profile and "network" in df:
         df = df[df["network"].astype(str) == profile]
+    if servers is not None:
+        df = df[df["servers"] == servers] if "servers" in df else df.iloc[0:0]
     if df.empty or not {"strategy", "workers"} <= set(df):
         return {}
     return {(str(s), int(n)): int(part["repeat"].nunique())
@@ -122,7 +130,7 @@ def coverage(ref: Path, grids: Sequence[Grid] | None = None) -> pd.DataFrame:
     measures it."""
     rows = []
     for g in GRIDS if grids is None else grids:
-        found = {m: runs_per_cell(g.path(ref, m), g.profile) for m in g.models}
+        found = {m: runs_per_cell(g.path(ref, m), g.profile, g.servers) for m in g.models}
         for model, strategy, n in g.cells():
             k = found[model].get((strategy, n), 0)
             status = ("ok" if k >= MIN_RUNS else "not measured" if k == 0
