@@ -3,18 +3,17 @@
 
     python -m ddlstudy.report.coverage [results/reference]      # one line per grid cell
 
-The reproduction grids (issue 21) are a paper's experiment on that paper's (emulated) testbed:
-Shi 2019's five models x 1, 3 and 6 workers x PS / ring, Wang (NCHC)'s ResNet-50 at 1 GPU and at
-2, 3 and 4 nodes of 8 GPUs on both links, the fair parameter servers (overlapped with S = 1 and
-with S = 3 servers on separate nodes, co-located S = N) and the links-only what-if; their cells
-are in `03_ps_vs_ring-testbed-<testbed>-<model>/`. The update grids are the same experiments on today's
-regime, the study's own emulated cluster (an H100's compute replayed, one GPU per node, the
-link profile named): Shi's grid in `03_ps_vs_ring-emulated-<model>/`, Wang's ring at 1 and 6
-workers on IB-EDR and 10GbE in `05_network_profiles/`. Each cell's usable runs (no error, not
-cpu_bound: the rows chapter 99 reads) are counted against the 5 independent runs a verdict
-needs, with the params file that measures the cell. The table is generated into docs/results.md
-(`python -m ddlstudy.report.readme`), so what is missing is read from the records, never typed
-by hand.
+The reproduction grids (issue 21) are a paper's experiment on that paper's (emulated) testbed: Shi
+2019's five models x 1, 3 and 6 workers x PS / ring, Wang (NCHC)'s ResNet-50 at 1 GPU and at 2, 3
+and 4 nodes of 8 GPUs on both links, the fair parameter servers (overlapped with S = 1 and with S =
+3 servers on separate nodes, co-located S = N) and the links-only what-if; their cells are in
+`03_ps_vs_ring-testbed-<testbed>-<model>/`. The update grids are the same experiments on today's
+regime, the study's own emulated cluster (an H100's compute replayed, one GPU per node, the link
+profile named): Shi's grid in `03_ps_vs_ring-emulated-<model>/`, Wang's ring at 1 and 6 workers on
+IB-EDR and 10GbE in `05_network_profiles/`. Each cell's usable runs (no error, not cpu_bound: the
+rows chapter 99 reads) are counted against the 5 independent runs a verdict needs, with the params
+file that measures the cell. The table is generated into docs/results.md (`python -m
+ddlstudy.report.readme`), so what is missing is read from the records, never typed by hand.
 """
 
 from __future__ import annotations
