@@ -200,14 +200,8 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
     copied beside the worktree so the run cannot rewrite the repository's copy."""
     root = root or store.project_root()
     layers = check_params(params, root)
-    wt, sha = _worktree(root)
-    for rel, source in layers:
-        if source is not None:
-            (wt / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(source, wt / rel)
-            print(f"sitting: {source} is not HEAD's: it runs as {rel} (untracked; each run's "
-                  "meta.json records its contents)", flush=True)
     proc: subprocess.Popen | None = None
+    wt: Path | None = None
     stopped = {"by": ""}
 
     def note(signum: int, _frame: object) -> None:  # the loop below stops the report
@@ -215,6 +209,13 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
 
     old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        wt, sha = _worktree(root)
+        for rel, source in layers:
+            if source is not None:
+                (wt / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, wt / rel)
+                print(f"sitting: {source} is not HEAD's: it runs as {rel} (untracked; each "
+                      "run's meta.json records its contents)", flush=True)
         env = dict(os.environ, PYTHONPATH=str(wt / "lib"), IPYTHONDIR=str(wt / ".ipython"),
                    JUPYTER_CONFIG_DIR=str(wt / ".jupyter"), MPLBACKEND="Agg",
                    **{TAG: wt.parent.name})
@@ -229,15 +230,16 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
               f"{'no deadline' if seconds == float('inf') else f'{seconds:.0f} s from now'}: "
               f"{' '.join(cmd[1:])}", flush=True)
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=wt, env=env, start_new_session=True)
-        while proc.poll() is None:
+        if not stopped["by"]:  # a signal while the worktree was made: nothing is started
+            proc = subprocess.Popen(cmd, cwd=wt, env=env, start_new_session=True)
+        while proc is not None and proc.poll() is None:
             if not stopped["by"] and time.monotonic() - t0 >= seconds:
                 stopped["by"] = "deadline"
             if stopped["by"]:
                 _stop(proc, grace_s)
                 break
             time.sleep(0.2)
-        rc = proc.returncode if proc.returncode is not None else -9
+        rc = proc.returncode if proc is not None and proc.returncode is not None else -9
         if stopped["by"]:
             print(f"sitting: stopped by {stopped['by']} after {time.monotonic() - t0:.0f} s; "
                   "finished runs are kept", flush=True)
@@ -246,12 +248,13 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
     finally:
         if proc is not None and proc.poll() is None:
             _stop(proc, grace_s)
-        if proc is not None and (n := _sweep(wt.parent.name)):
-            print(f"sitting: {n} process(es) it started outlived the report: killed",
-                  flush=True)
+        if wt is not None:
+            if proc is not None and (n := _sweep(wt.parent.name)):
+                print(f"sitting: {n} process(es) it started outlived the report: killed",
+                      flush=True)
+            _remove(root, wt)
         for s, h in old.items():
             signal.signal(s, h)
-        _remove(root, wt)
     for line in add_runs_lines(Path(out)):
         print(line)
     return rc
