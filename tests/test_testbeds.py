@@ -360,3 +360,28 @@ def test_pani_cross_model_row_names_a_conversion_only_of_the_models_it_compares(
     assert "converted" not in pani._bed_label("shi2019", ["alexnet", "resnet152"])
     assert pani._bed_label(claims.TESTBED_HOST, ["a", "b"]) == claims.TESTBED_HOST
     assert pani._bed_label("elsewhere", ["a"]) == "emulated testbed elsewhere"
+
+
+def test_chapter_03_shows_a_ps_of_more_servers_as_an_arm_of_its_own():
+    """The fair PS's S = 1 and S = 3 (params/reference-fairps-servers.yaml) share a strategy
+    name and a testbed folder: the chapter's view keeps them apart (medians and speed-ups per
+    arm), S = N co-located and the default single server keep their names."""
+    import pandas as pd
+
+    from ddlstudy.analysis import plots
+    from ddlstudy.chapters.ch03_ps_vs_ring import arms
+
+    s = pd.DataFrame({"strategy": ["ps_overlap", "ps_overlap", "ps_overlap", "ps_colocated",
+                                   "ps_sync", "allreduce"],
+                      "servers": [1, 1, 3, 0, 1, 0], "workers": [1, 6, 6, 6, 6, 6],
+                      "model": "resnet50", "images_per_sec": [10.0, 30.0, 50.0, 55.0, 9.0,
+                                                                60.0]})
+    shown = arms(s)
+    assert shown["strategy"].tolist() == ["ps_overlap", "ps_overlap", "ps_overlap (S = 3)",
+                                          "ps_colocated", "ps_sync", "allreduce"]
+    med = shown[shown["workers"] == 6].groupby("strategy")["images_per_sec"].median()
+    assert med["ps_overlap"] == 30.0 and med["ps_overlap (S = 3)"] == 50.0
+    sp = plots.add_speedup(shown).set_index("strategy")
+    assert sp.loc["ps_overlap"].query("workers == 6")["speedup"].item() == 3.0
+    assert pd.isna(sp.loc["ps_overlap (S = 3)", "speedup"])  # no 1-worker cell of its own
+    assert s["strategy"].tolist()[2] == "ps_overlap"  # the records keep the registry's name

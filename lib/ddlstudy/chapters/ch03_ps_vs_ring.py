@@ -23,6 +23,7 @@ from ddlstudy.experiments import grid
 from ddlstudy.network.emulated import netem
 from ddlstudy.records import reference
 from ddlstudy.records import store as records
+from ddlstudy.strategies.registry import STRATEGIES
 from ddlstudy.train.trainer import conditions
 
 CHAPTER = "03_ps_vs_ring"
@@ -200,12 +201,31 @@ def run(P: Any, p: Plan, out: Path) -> Result:
     assert failed.empty, (f"runs failed: "
                           f"{failed[['strategy', 'workers', 'error']].to_dict('records')}")
     records.write_table(summary, out, "summary")
-    summary = plots.add_speedup(summary)
+    summary = plots.add_speedup(arms(summary))
     if "cpu_bound" not in summary:
         summary["cpu_bound"] = False
     summary["cpu_bound"] = summary["cpu_bound"].fillna(False).astype(bool)
     return Result(summary, engines, net, configs, runs_root, ref_label,
                   p.testbed.label if p.testbed else "")
+
+
+def arms(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with each parameter server whose server count is not its strategy's default
+    shown as an arm of its own (`ps_overlap (S = 3)`), so the figures, medians and speed-ups
+    never pool runs of one server with runs of three. Only the chapter's view: summary.csv
+    keeps the registry's name and the `servers` column."""
+    if "servers" not in summary or summary.empty:
+        return summary
+
+    def label(strategy: str, servers: object) -> str:
+        spec = STRATEGIES.get(strategy)
+        if (spec is None or not spec.servers_configurable or pd.isna(servers)
+                or int(servers) == spec.default_servers):
+            return strategy
+        return f"{strategy} (S = {int(servers)})"
+
+    return summary.assign(strategy=[label(a, b) for a, b in zip(summary["strategy"],
+                                                                 summary["servers"], strict=True)])
 
 
 def throughput_figure(r: Result, model: str, out: Path) -> Figure:
