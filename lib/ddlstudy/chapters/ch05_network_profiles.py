@@ -154,9 +154,15 @@ def text(S: Network) -> str:
     source, shaped = _source_and_links(S)
     clean = summary[~summary["cpu_bound"]]
     top = clean["workers"].max()
-    at_top = clean[clean["workers"] == top].set_index("profile")
+    # the median of each profile's runs at the top count (a cell pooled from several sittings
+    # or run with `network.repeats` > 1 has one row per run)
+    cells = clean[clean["workers"] == top]
+    runs = cells.groupby("profile").size()
+    at_top = cells.groupby("profile", sort=False).median(numeric_only=True)
+    lo, hi = int(runs.min()), int(runs.max())
+    many = "" if hi == 1 else f", median of {lo if lo == hi else f'{lo}-{hi}'} runs"
     lines = [f"At {top} workers ({S.model}, batch {S.configs[0].batch_size} per worker, compute "
-             f"replayed from {source}, {shaped}): " + ", ".join(
+             f"replayed from {source}, {shaped}{many}): " + ", ".join(
                  f"{p} {r.efficiency:.0%} scaling efficiency ({r.images_per_sec_cluster:.0f} "
                  f"cluster-equivalent img/s; all-reduce waited {r.comm_wait_s:.2f} s of a "
                  f"{r.step_time_p50_s:.2f} s step)" for p, r in at_top.iterrows()) + "."]
