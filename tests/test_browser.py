@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from ddlstudy.report.pdf import chromium_env, kill_group
+from ddlstudy.host.process import kill_group
+from ddlstudy.report.pdf import chromium_env
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",

@@ -15,8 +15,8 @@ PKG = REPO / "lib" / "ddlstudy"
 # Bottom to top: a module may import from its own layer or any layer below, never above.
 # Claims sit below chapters: they read chapter tables by name (the chapter registry, a leaf),
 # and a chapter states a paper's claim through them, so every page shows one verdict.
-LAYERS = ["registry", "records", "workload", "collectives", "strategies", "cluster", "network",
-          "testbeds", "config", "analysis", "train", "frameworks", "experiments",
+LAYERS = ["registry", "host", "records", "workload", "collectives", "strategies", "cluster",
+          "network", "testbeds", "config", "analysis", "train", "frameworks", "experiments",
           "claims", "chapters", "report", "cli", "bench"]
 # `python -m ddlstudy.X` entry points kept from the flat layout: they only forward to a command.
 SHIMS = {"netem", "costmodel", "conclusions", "params", "data", "replay"}

@@ -6,5 +6,6 @@ Importing this module gives nothing: import `ddlstudy.claims.engine` instead.
 
 if __name__ == "__main__":
     from ddlstudy.claims.engine import main
+    from ddlstudy.host import entry
 
-    raise SystemExit(main())
+    raise SystemExit(entry.run(main))

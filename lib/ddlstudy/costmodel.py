@@ -6,5 +6,6 @@ Importing this module gives nothing: import `ddlstudy.analysis.costmodel` instea
 
 if __name__ == "__main__":
     from ddlstudy.analysis.costmodel import main
+    from ddlstudy.host import entry
 
-    raise SystemExit(main())
+    raise SystemExit(entry.run(main))

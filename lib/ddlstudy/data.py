@@ -5,6 +5,7 @@ Importing this module gives nothing: import `ddlstudy.workload.data` instead.
 """
 
 if __name__ == "__main__":
+    from ddlstudy.host import entry
     from ddlstudy.workload.data import main
 
-    raise SystemExit(main())
+    raise SystemExit(entry.run(main))

@@ -5,6 +5,7 @@ Importing this module gives nothing: import `ddlstudy.network.emulated.netem` in
 """
 
 if __name__ == "__main__":
+    from ddlstudy.host import entry
     from ddlstudy.network.emulated.measure import main
 
-    raise SystemExit(main())
+    raise SystemExit(entry.run(main))

@@ -6,5 +6,6 @@ Importing this module gives nothing: import `ddlstudy.config.params` instead.
 
 if __name__ == "__main__":
     from ddlstudy.config.params import main
+    from ddlstudy.host import entry
 
-    raise SystemExit(main())
+    raise SystemExit(entry.run(main))

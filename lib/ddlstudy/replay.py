@@ -5,6 +5,7 @@ Importing this module gives nothing: import `ddlstudy.workload.replay` instead.
 """
 
 if __name__ == "__main__":
+    from ddlstudy.host import entry
     from ddlstudy.workload.replay import main
 
-    raise SystemExit(main())
+    raise SystemExit(entry.run(main))

@@ -269,4 +269,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

@@ -20,6 +20,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from ddlstudy.analysis import style
+from ddlstudy.records.store import SPEEDUP_COLUMNS
 
 sns.set_theme(context="notebook", style="whitegrid")
 # Where repeats sit under one point: the line is their median and the band seaborn's 95 %
@@ -188,8 +189,7 @@ def ps_vs_ring(summary: pd.DataFrame, title: str = "", min_workers: int = 2,
 def add_speedup(summary: pd.DataFrame) -> pd.DataFrame:
     """Speed-up over the same model and strategy at 1 worker (Shi 2019 Figs 4.3/4.4)."""
     keys = ["model", "strategy"]
-    summary = summary.drop(columns=["base_images_per_sec", "speedup", "efficiency"],
-                           errors="ignore")
+    summary = summary.drop(columns=list(SPEEDUP_COLUMNS), errors="ignore")
     base = (summary[summary["workers"] == 1].groupby(keys)["images_per_sec"].max()
             .rename("base_images_per_sec"))
     out = summary.join(base, on=keys)

@@ -25,7 +25,9 @@ UNIT_NOTE = {
     CHUNKS: "timed chunks of one run per cell (not independent runs: the interval covers the "
             "step-to-step spread inside each run, not run-to-run variation)",
 }
-IDENTITY = ("strategy", "model", "workers", "network")
+# `servers` keeps a PS with S = 3 server nodes apart from the same strategy with S = 1 (chapter
+# 03's testbed folders hold both) whenever a cell names its server count.
+IDENTITY = ("strategy", "model", "workers", "servers", "network")
 
 
 def chunk_rates(runs_root: Path) -> pd.DataFrame:

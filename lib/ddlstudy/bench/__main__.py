@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as err:
         print(f"interrupted by {err}; engines stopped", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:  # the reader of stdout left: host.entry ends quietly
+        raise
     except OSError as err:  # run-time I/O (a full disk): one line, temp files already removed
         where = f" {err.filename}" if getattr(err, "filename", None) else ""
         print(f"error: cannot write the records{where}: {err.strerror or err}; free space or "
@@ -45,4 +47,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

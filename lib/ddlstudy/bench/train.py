@@ -260,6 +260,7 @@ def _main_owned(args: argparse.Namespace, configs: dict[str, Any], names: list[s
 
 
 if __name__ == "__main__":
+    from ddlstudy.host import entry
     parser = _OneLineParser(prog="python -m ddlstudy.bench train")
     add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    raise SystemExit(entry.run(lambda: main(parser.parse_args())))

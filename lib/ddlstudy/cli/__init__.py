@@ -3,7 +3,8 @@
 Each command is the `main(argv)` of the module that owns it, imported only when that command runs
 (so `ddlstudy params ...` never loads torch). `python -m ddlstudy.<command>` keeps working for
 every command here. Shared exit codes: 0 done, 1 failed at run time, 2 bad input (one line naming
-the problem and the fix), 130 / 143 stopped by SIGINT / SIGTERM.
+the problem and the fix), 130 / 143 stopped by SIGINT / SIGTERM, 141 the reader closed stdout's
+pipe (`ddlstudy ... | head`: no traceback).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+
+from ddlstudy.host import entry
 
 # command -> (module whose main(argv) runs it, one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -55,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rest = ["--params", "params/default.yaml", "--params", "params/reference.yaml",
                 "--out", "results/reference", *rest]
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    return entry.run(lambda: module.main(rest))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

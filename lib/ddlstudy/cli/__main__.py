@@ -1,5 +1,6 @@
 """`python -m ddlstudy.cli` = `ddlstudy`."""
 
 from ddlstudy.cli import main
+from ddlstudy.host import entry
 
-raise SystemExit(main())
+raise SystemExit(entry.run(main))

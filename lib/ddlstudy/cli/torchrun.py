@@ -255,5 +255,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from ddlstudy.cli.torchrun import main as _main
+    from ddlstudy.host import entry
 
-    sys.exit(_main())
+    raise SystemExit(entry.run(_main))

@@ -456,6 +456,8 @@ def _run(args: argparse.Namespace, config: TrainConfig, launch: LaunchSpec | Non
     except (TimeoutError, RuntimeError) as err:
         print(f"python -m ddlstudy.train: run failed: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader of stdout left: host.entry ends quietly
+        raise
     except OSError as err:  # run-time I/O (a full disk): one line, the temp files are gone
         where = f" ({_printable(err.filename)})" if getattr(err, "filename", None) else ""
         print(f"python -m ddlstudy.train: run failed: cannot write the records{where}: "
@@ -486,5 +488,6 @@ def _run(args: argparse.Namespace, config: TrainConfig, launch: LaunchSpec | Non
 if __name__ == "__main__":
     # Import by name so engines unpickle ddlstudy functions, not copies from __main__.
     from ddlstudy.cli.train import main as _main
+    from ddlstudy.host import entry
 
-    sys.exit(_main())
+    raise SystemExit(entry.run(_main))

@@ -2,5 +2,6 @@
 
 # Import by name so engines unpickle ddlstudy.cluster.engines functions, not copies from __main__.
 from ddlstudy.cluster.engines import main
+from ddlstudy.host import entry
 
-raise SystemExit(main())
+raise SystemExit(entry.run(main))

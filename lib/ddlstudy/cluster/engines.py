@@ -1099,5 +1099,6 @@ if __name__ == "__main__":
     # Import by name so engines unpickle ddlstudy.cluster.engines functions, not copies from
     # __main__.
     from ddlstudy.cluster.engines import main as _main
+    from ddlstudy.host import entry
 
-    sys.exit(_main())
+    raise SystemExit(entry.run(_main))

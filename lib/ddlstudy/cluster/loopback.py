@@ -179,4 +179,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

@@ -913,8 +913,14 @@ def _clip(line: str, limit: int = MAX_LINE) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ddlstudy.params FILE...`: validate and print the merged parameters."""
+    """`python -m ddlstudy.params FILE...`: validate and print the merged parameters (no FILE:
+    the defaults); 0 done, 2 bad input with one line."""
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help"):
+        print("usage: python -m ddlstudy.params FILE [FILE ...]   (ddlstudy params ...)\n"
+              "Validate the parameter files, later ones layered over earlier ones, and print the "
+              "merged parameters as YAML (no FILE: the defaults).")
+        return 0
     try:
         params = load_params(*args)
     except ParamsError as err:
@@ -925,4 +931,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

@@ -321,9 +321,9 @@ def add_rows(src: Path, dest: Path, table: str, keys: list[str],
     return len(fresh)
 
 
-# Columns a chapter derives from several runs (speed-up over its 1-worker cell): a new run's row
-# leaves them empty rather than copy another run's value; the chapter recomputes them.
-PER_RUN_DERIVED = frozenset({"base_images_per_sec", "speedup", "efficiency"})
+# Columns a chapter derives from several runs: a new run's row leaves them empty rather than copy
+# another run's value; the chapter recomputes them.
+PER_RUN_DERIVED = frozenset(records.SPEEDUP_COLUMNS)
 
 
 def append_summary(chapter: Path, new_runs: list[tuple[Path, int]]) -> pd.DataFrame:
@@ -548,4 +548,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

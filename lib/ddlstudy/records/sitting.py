@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddlstudy.host.process import stop_group
 from ddlstudy.records import store
 
 GRACE_S = 120.0
@@ -118,25 +119,6 @@ def _remove(root: Path, wt: Path) -> None:
                    capture_output=True, text=True)
     shutil.rmtree(wt.parent, ignore_errors=True)
     subprocess.run(["git", "-C", str(root), "worktree", "prune"], capture_output=True)
-
-
-def _stop(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM the sitting's process group (the report keeps finished runs), SIGKILL after
-    `grace_s` (TensorFlow ignores SIGTERM), and reap it."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # helpers (engines, controller) may outlive the leader: the group goes too
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 TAG = "DDLSTUDY_SITTING"  # in the environment of every process a sitting starts
@@ -236,7 +218,7 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
             if not stopped["by"] and time.monotonic() - t0 >= seconds:
                 stopped["by"] = "deadline"
             if stopped["by"]:
-                _stop(proc, grace_s)
+                stop_group(proc, grace_s)
                 break
             time.sleep(0.2)
         rc = proc.returncode if proc is not None and proc.returncode is not None else -9
@@ -247,7 +229,7 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
                                                                            stopped["by"]))
     finally:
         if proc is not None and proc.poll() is None:
-            _stop(proc, grace_s)
+            stop_group(proc, grace_s)
         if wt is not None:
             if proc is not None and (n := _sweep(wt.parent.name)):
                 print(f"sitting: {n} process(es) it started outlived the report: killed",
@@ -286,4 +268,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

@@ -58,6 +58,11 @@ def versions() -> dict[str, str]:
     return out
 
 
+# Columns derived from several runs (speed-up over the cell's 1-worker runs): written by
+# analysis.plots.add_speedup, which recomputes them from images/sec; never copied from one run's
+# row to another's (records.reference.append_summary leaves them empty).
+SPEEDUP_COLUMNS = ("base_images_per_sec", "speedup", "efficiency")
+
 PSI_CPU = Path("/proc/pressure/cpu")
 
 

@@ -186,4 +186,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

@@ -15,12 +15,12 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from ddlstudy.host.process import kill_group
 from ddlstudy.report.book import SOURCE, BookError
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -67,15 +67,6 @@ def _run_chromium(args: list[str]) -> None:
     if proc.returncode != 0:
         lines = [ln for ln in stderr.splitlines() if ln.strip()]
         raise RuntimeError(f"chromium exited {proc.returncode}: {lines[-1] if lines else ''}")
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL Chromium's process group (it was started in a session of its own) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
 
 
 def single_page(run_dir: Path) -> Path:
@@ -157,4 +148,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

@@ -306,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ParamsError, OutputFolderError) as err:  # bad params, busy or unwritable --out
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of stdout left: host.entry ends quietly
+        raise
     except OSError as err:  # run-time I/O (a full disk): one line; finished chapters are kept
         where = f" {err.filename}" if getattr(err, "filename", None) else ""
         print(f"error: cannot write the run's records{where}: {err.strerror or err}; free space "
@@ -403,4 +405,5 @@ def _stop_on_signal(err: BaseException, watch: Descendants | None = None) -> int
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlstudy.host import entry
+    raise SystemExit(entry.run(main))

@@ -2,5 +2,6 @@
 
 # Import by name so engines unpickle ddlstudy functions, not copies from __main__.
 from ddlstudy.cli.train import main
+from ddlstudy.host import entry
 
-raise SystemExit(main())
+raise SystemExit(entry.run(main))

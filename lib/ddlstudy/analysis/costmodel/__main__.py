@@ -1,7 +1,6 @@
 """`python -m ddlstudy.analysis.costmodel ...` (also `python -m ddlstudy.costmodel ...`)."""
 
-import sys
-
 from ddlstudy.analysis.costmodel.cli import main
+from ddlstudy.host import entry
 
-sys.exit(main())
+raise SystemExit(entry.run(main))

@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from ddlstudy.host import entry
     from ddlstudy.network.emulated.netem import main as _main
 
-    sys.exit(_main())
+    raise SystemExit(entry.run(_main))
