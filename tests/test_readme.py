@@ -111,6 +111,22 @@ def test_the_papers_own_testbed_has_its_sentence_from_its_cells(tmp_path):
     assert readme.testbed_answer(ref) != before
 
 
+def test_a_ps_of_more_servers_is_its_own_cell_in_the_answer(tmp_path):
+    """Shi 2019's ResNet-50 testbed folder holds ps_overlap with S = 1 and with S = 3 at 6
+    workers (5 runs each): the answer's run counts see two cells of 5, never one of 10."""
+    ref = tmp_path / "reference"
+    folder = ref / f"{readme.TESTBED_03}shi2019-resnet50"
+    shutil.copytree(REF / folder.name, folder, ignore=shutil.ignore_patterns("runs"))
+    df = pd.read_csv(folder / "summary.csv")
+    overlap6 = df[(df["strategy"] == "ps_overlap") & (df["workers"] == 6)]
+    assert sorted(overlap6["servers"].unique()) == [1, 3]
+    counts = df.groupby(["strategy", "workers", "servers"]).size()
+    assert "independent runs per cell" in readme.testbed_answer(ref)
+    assert f"medians of {counts.min()}-{counts.max()} " in readme.testbed_answer(ref) or (
+        counts.min() == counts.max()
+        and f"medians of {counts.min()} independent" in readme.testbed_answer(ref))
+
+
 def test_one_regeneration_computes_the_claims_table_once_per_records_folder(monkeypatch):
     """`main` fills the answer, verdicts and decided-rows blocks of both pages from one claims
     table; each later render reads the records again (an edit between renders is seen)."""

@@ -23,7 +23,7 @@ from ddlstudy.experiments import grid
 from ddlstudy.network.emulated import netem
 from ddlstudy.records import reference
 from ddlstudy.records import store as records
-from ddlstudy.strategies.registry import STRATEGIES
+from ddlstudy.strategies.registry import arm_label
 from ddlstudy.train.trainer import conditions
 
 CHAPTER = "03_ps_vs_ring"
@@ -216,16 +216,8 @@ def arms(summary: pd.DataFrame) -> pd.DataFrame:
     keeps the registry's name and the `servers` column."""
     if "servers" not in summary or summary.empty:
         return summary
-
-    def label(strategy: str, servers: object) -> str:
-        spec = STRATEGIES.get(strategy)
-        if (spec is None or not spec.servers_configurable or pd.isna(servers)
-                or int(servers) == spec.default_servers):
-            return strategy
-        return f"{strategy} (S = {int(servers)})"
-
-    return summary.assign(strategy=[label(a, b) for a, b in zip(summary["strategy"],
-                                                                 summary["servers"], strict=True)])
+    return summary.assign(strategy=[arm_label(a, b) for a, b in zip(
+        summary["strategy"], summary["servers"], strict=True)])
 
 
 def throughput_figure(r: Result, model: str, out: Path) -> Figure:

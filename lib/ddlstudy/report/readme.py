@@ -25,11 +25,21 @@ from ddlstudy.records.reference import code_version
 from ddlstudy.records.store import project_root
 from ddlstudy.registry import markdown_table
 from ddlstudy.report import coverage
+from ddlstudy.strategies.registry import arm_label
 
 EMULATED_03 = "03_ps_vs_ring-emulated-"
 FIGURE = Path("docs/figures/reference-ps-vs-ring.png")
 _BLOCK = re.compile(
     r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- end:(?P=name) -->)", re.S)
+
+
+def _arms(df: pd.DataFrame) -> pd.DataFrame:
+    """Runs with a PS's non-default server count under a strategy name of their own
+    (`ps_overlap (S = 3)`), so a cell never pools them with the default's runs."""
+    if "servers" not in df or df.empty:
+        return df
+    return df.assign(strategy=[arm_label(a, b) for a, b in zip(df["strategy"], df["servers"],
+                                                                 strict=True)])
 
 
 def reference_cells(ref: Path) -> pd.DataFrame:
@@ -40,7 +50,7 @@ def reference_cells(ref: Path) -> pd.DataFrame:
     if not frames:
         raise FileNotFoundError(f"no {EMULATED_03}*/summary.csv under {ref}: run `make reference`")
     df = pd.concat(frames, ignore_index=True)
-    df = df[df["error"].isna() | (df["error"].astype(str) == "")]
+    df = _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
     return (df.groupby(["model", "strategy", "workers", "network"], as_index=False)
               .agg(images_per_sec=("images_per_sec_cluster", "median"),
                    runs=("images_per_sec_cluster", "size")))
@@ -62,7 +72,7 @@ def testbed_answer(ref: Path, name: str = "shi2019") -> str:
     if not frames:
         return ""
     df = pd.concat(frames, ignore_index=True)
-    df = df[df["error"].isna() | (df["error"].astype(str) == "")]
+    df = _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
     cells = (df.groupby(["model", "strategy", "workers"])["images_per_sec_cluster"]
                .agg(["median", "size"]))
     med = cells["median"]

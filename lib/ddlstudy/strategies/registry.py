@@ -150,6 +150,20 @@ def servers_for(strategy: str, servers: int | None) -> int:
     return spec.default_servers if servers is None else int(servers)
 
 
+def arm_label(strategy: str, servers: object) -> str:
+    """How tables and figures name a run's strategy: its registry name, or `name (S = k)` when
+    it ran a server count other than its default (so runs of one server and of three are never
+    pooled under one name). `servers` may be None / NaN (a run that records none)."""
+    spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
+    try:
+        count = int(servers)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return strategy
+    if spec is None or not spec.servers_configurable or count == spec.default_servers:
+        return strategy
+    return f"{strategy} (S = {count})"
+
+
 def driver_for(strategy: str) -> Callable[..., Any] | None:
     """The strategy's own driver (trainer.train's signature), None for Strategy objects."""
     spec = get_strategy(strategy)
