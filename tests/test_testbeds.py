@@ -385,3 +385,27 @@ def test_chapter_03_shows_a_ps_of_more_servers_as_an_arm_of_its_own():
     assert sp.loc["ps_overlap"].query("workers == 6")["speedup"].item() == 3.0
     assert pd.isna(sp.loc["ps_overlap (S = 3)", "speedup"])  # no 1-worker cell of its own
     assert s["strategy"].tolist()[2] == "ps_overlap"  # the records keep the registry's name
+
+
+def test_chapter_03_compares_best_ps_with_best_allreduce(tmp_path):
+    """Issue 21 item 5: beside the thesis's pair, chapter 03 names the fastest PS design (S = 3
+    on server nodes, S = N co-located included) and the fastest all-reduce at the most workers
+    where more than the thesis's pair ran, with an interval over the repeats; with only the
+    thesis's pair it adds nothing."""
+    import pandas as pd
+
+    from ddlstudy.chapters.ch03_ps_vs_ring import _best_vs_best, arms
+
+    rates = {("ps_sync", 1): 30.0, ("ps_overlap", 1): 45.0, ("ps_overlap", 3): 117.0,
+             ("ps_colocated", 0): 150.0, ("allreduce", 0): 170.0}
+    rows = [{"strategy": s, "servers": k, "workers": 6, "repeat": rep, "cpu_bound": False,
+             "images_per_sec": v * (1 + 0.01 * rep)}
+            for (s, k), v in rates.items() for rep in range(5)]
+    line, = _best_vs_best(arms(pd.DataFrame(rows)), tmp_path)
+    assert "best parameter server (ps_colocated, of ps_colocated, ps_overlap, " \
+           "ps_overlap (S = 3), ps_sync)" in line
+    assert "Best all-reduce (allreduce, of allreduce)" in line and "at 6 workers" in line
+    assert "allreduce / ps_colocated images/sec = 1.13" in line
+    assert "interleaved repeats" in line
+    thesis = [r for r in rows if r["strategy"] in {"ps_sync", "allreduce"}]
+    assert _best_vs_best(arms(pd.DataFrame(thesis)), tmp_path) == []

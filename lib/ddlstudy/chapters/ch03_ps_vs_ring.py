@@ -23,7 +23,7 @@ from ddlstudy.experiments import grid
 from ddlstudy.network.emulated import netem
 from ddlstudy.records import reference
 from ddlstudy.records import store as records
-from ddlstudy.strategies.registry import arm_label
+from ddlstudy.strategies.registry import STRATEGIES, arm_label, arm_strategy
 from ddlstudy.train.trainer import conditions
 
 CHAPTER = "03_ps_vs_ring"
@@ -263,6 +263,11 @@ def _replay_text(r: Result, model: str) -> str:
            else ""))
 
 
+# The thesis's pair (Shi 2019): the naive one-server PS and the ring.
+THESIS_PS = "ps_sync"
+THESIS_RING = "allreduce"
+
+
 def _ring_vs_ps(r: Result) -> list[str]:
     """Ring / PS images/sec at the most workers both ran, over interleaved repeats (else the
     timed chunks of each cell's one run: ddlstudy.analysis.units); CPU-bound cells left out."""
@@ -274,15 +279,57 @@ def _ring_vs_ps(r: Result) -> list[str]:
                      "measured aggregate link ceiling (`cpu_bound`, red x): they are shown, not "
                      "used for the comparison below.")
     tops = clean.groupby("strategy")["workers"].max()
-    if {"ps_sync", "allreduce"} <= set(tops.index):
-        n = int(min(tops["ps_sync"], tops["allreduce"]))
+    if THESIS_PS in tops and THESIS_RING in tops:
+        n = int(min(tops[THESIS_PS], tops[THESIS_RING]))
         (ring, ps), unit = units.cell_values(clean, units.chunk_rates(r.runs_root),
-                                             [{"strategy": "allreduce", "workers": n},
-                                              {"strategy": "ps_sync", "workers": n}])
+                                             [{"strategy": THESIS_RING, "workers": n},
+                                              {"strategy": THESIS_PS, "workers": n}])
         est = stats.ratio_ci(ring, ps, paired=unit == units.REPEATS and len(ring) == len(ps))
         lines.append(f"Ring vs PS at {n} workers, over {units.UNIT_NOTE[unit]}: " +
                      stats.reason(est, 1.0, +1, "ring / PS images/sec", ".2f") + ".")
-    return lines
+    return lines + _best_vs_best(clean, r.runs_root)
+
+
+def _best_arms(clean: pd.DataFrame, n: int) -> tuple[str, str, list[str], list[str]] | None:
+    """At `n` workers: (best PS arm, best all-reduce arm, the PS arms, the all-reduce arms), best
+    by median images/sec; None unless both kinds ran at `n` and the pair is not the thesis's
+    (ps_sync, allreduce), which `_ring_vs_ps` already states."""
+    at_n = clean[clean["workers"] == n]
+    med = at_n.groupby("strategy")["images_per_sec"].median()
+    specs = {arm: STRATEGIES.get(arm_strategy(arm)) for arm in med.index}
+    ps = sorted(a for a, s in specs.items() if s is not None and s.ps_design and s.sync)
+    ring = sorted(a for a, s in specs.items() if s is not None and s.family == "allreduce"
+                  and not s.colocated_servers and s.sync)
+    if not ps or not ring:
+        return None
+    if ps == [THESIS_PS] and ring == [THESIS_RING]:
+        return None
+    return med[ps].idxmax(), med[ring].idxmax(), ps, ring
+
+
+def _best_vs_best(clean: pd.DataFrame, runs_root: Path) -> list[str]:
+    """Best all-reduce vs best PS (issue 21: the PS users would deploy today, not only the
+    thesis's naive one) at the most workers where more than the thesis's pair ran."""
+    if clean.empty:
+        return []
+    for n in sorted(clean["workers"].unique(), reverse=True):
+        picked = _best_arms(clean, int(n))
+        if picked is not None:
+            break
+    else:
+        return []
+    best_ps, best_ring, ps, ring = picked
+    chunks = units.chunk_rates(runs_root)
+    if not chunks.empty and "servers" in chunks:
+        chunks = chunks.assign(strategy=[arm_label(a, b) for a, b in zip(
+            chunks["strategy"], chunks["servers"], strict=True)])
+    (a, b), unit = units.cell_values(clean, chunks, [{"strategy": best_ring, "workers": n},
+                                                     {"strategy": best_ps, "workers": n}])
+    est = stats.ratio_ci(a, b, paired=unit == units.REPEATS and len(a) == len(b))
+    return [f"Best all-reduce ({best_ring}, of {', '.join(ring)}) vs best parameter server "
+            f"({best_ps}, of {', '.join(ps)}) at {int(n)} workers, each the highest median "
+            f"images/sec of its kind, over {units.UNIT_NOTE[unit]}: " +
+            stats.reason(est, 1.0, +1, f"{best_ring} / {best_ps} images/sec", ".2f") + "."]
 
 
 def text(r: Result, p: Plan) -> str:

@@ -49,6 +49,9 @@ class StrategySpec:
     not representative of its steady state (PowerSGD all-reduces plain gradients before it
     compresses): every run of it keeps at least that many steps in the untimed warm-up
     (`TrainConfig` raises `warmup_steps` to it, whoever builds the config).
+    colocated_servers: a parameter server whose servers run inside the workers (S = N, each
+    serving 1/N: BytePS's argument); its traffic is the ring's, hence family allreduce, but it
+    is a PS design (`ps_design`) when chapter 03 picks the best PS.
     """
 
     name: str
@@ -67,6 +70,7 @@ class StrategySpec:
     extra_engines: int = 0
     missing: Callable[[], str | None] | None = None
     warmup_min_steps: int = 0
+    colocated_servers: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -99,6 +103,11 @@ class StrategySpec:
     @property
     def needs_servers(self) -> bool:
         return self.default_servers > 0
+
+    @property
+    def ps_design(self) -> bool:
+        """A parameter server, on server nodes of its own or co-located with the workers."""
+        return self.family == "ps" or self.colocated_servers
 
     @property
     def algorithm_aware(self) -> bool:
@@ -162,6 +171,11 @@ def arm_label(strategy: str, servers: object) -> str:
     if spec is None or not spec.servers_configurable or count == spec.default_servers:
         return strategy
     return f"{strategy} (S = {count})"
+
+
+def arm_strategy(label: str) -> str:
+    """The registry name behind an `arm_label` (`ps_overlap (S = 3)` -> `ps_overlap`)."""
+    return label.split(" (S = ", 1)[0]
 
 
 def driver_for(strategy: str) -> Callable[..., Any] | None:
@@ -231,7 +245,7 @@ register_strategy(StrategySpec(
     summary="per-bucket push during backward, pull pipelined with the next push; S servers"))
 register_strategy(StrategySpec(
     "ps_colocated", "ddlstudy.strategies.ps_overlap:PSColocated", family="allreduce",
-    options=("bucket_mb",), step_model="ps_colocated_step",
+    options=("bucket_mb",), step_model="ps_colocated_step", colocated_servers=True,
     summary="ps_overlap with S = N servers co-located, each worker serving 1/N (BytePS)"))
 
 def _lazy_missing(target: str) -> str | None:
