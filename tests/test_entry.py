@@ -71,3 +71,15 @@ def test_every_entry_point_goes_through_entry_run():
             blocks = _main_blocks(tree)
         missing += [str(path.relative_to(REPO)) for b in blocks if not _calls_entry_run(b)]
     assert not missing, f"entry points not wrapped in ddlstudy.host.entry.run: {missing}"
+
+
+@pytest.mark.parametrize("module", ["records.sitting", "records.reference", "report.coverage",
+                                    "report.readme", "report.pdf", "analysis.calibration",
+                                    "cluster.loopback", "params"])
+def test_help_prints_usage(module):
+    """`python -m ddlstudy.<module> --help` prints its usage and exits 0 (cluster.loopback used
+    to build its shim instead, params to read --help as a file name)."""
+    proc = subprocess.run([sys.executable, "-m", f"ddlstudy.{module}", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: python -m ddlstudy.{module}"), proc.stdout[:200]

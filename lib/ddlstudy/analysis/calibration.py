@@ -255,7 +255,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`calibrate [--cv X] [--runs N] [--trials T] [--seed S] ...`: print the calibration."""
-    parser = argparse.ArgumentParser(prog="ddlstudy.analysis.inference",
+    parser = argparse.ArgumentParser(prog="python -m ddlstudy.analysis.calibration",
                                      description="Calibrate the verdict rules on synthetic runs.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_calibrate_arguments(sub.add_parser(

@@ -169,9 +169,19 @@ def bind_to(address: str) -> None:
 
 
 def main() -> int:
-    """Build the shim (make setup) and print its path; exit 2 with one line if it cannot."""
+    """Build the shim (make setup) and print its path; exit 2 with one line if it cannot, or
+    for a flag other than --force."""
+    args = sys.argv[1:]
+    if any(a in ("-h", "--help") for a in args):
+        print("usage: python -m ddlstudy.cluster.loopback [--force]\nBuild the loopback-only "
+              "bind shim the local engines load (cached; --force rebuilds) and print its path.")
+        return 0
+    if bad := [a for a in args if a != "--force"]:
+        print(f"python -m ddlstudy.cluster.loopback: error: unknown flag {bad[0]!r}; the only "
+              "flag is --force", file=sys.stderr)
+        return 2
     try:
-        print(build(force="--force" in sys.argv[1:]))
+        print(build(force="--force" in args))
     except ShimError as err:
         print(f"python -m ddlstudy.cluster.loopback: error: {err}", file=sys.stderr)
         return 2
