@@ -127,6 +127,23 @@ def test_a_ps_of_more_servers_is_its_own_cell_in_the_answer(tmp_path):
         and f"medians of {counts.min()} independent" in readme.testbed_answer(ref))
 
 
+def test_fair_ps_block_lists_each_arm_from_its_cells(tmp_path):
+    """docs/results.md's fair-PS table: one row per arm and worker count, S = 3 apart from
+    S = 1, each arm's median over the ring's; a changed cell changes it; no folder, one line."""
+    assert readme.fair_ps(tmp_path).startswith("No `03_ps_vs_ring-testbed-shi2019-resnet50`")
+    name = f"{readme.TESTBED_03}shi2019-resnet50"
+    folder = tmp_path / name
+    shutil.copytree(REF / name, folder, ignore=shutil.ignore_patterns("runs"))
+    block = readme.fair_ps(tmp_path)
+    assert "| 6 | ps_overlap (S = 3) |" in block and "| 6 | ps_overlap |" in block
+    assert "| 6 | allreduce |" in block and "| 1.00 |" in block
+    df = pd.read_csv(folder / "summary.csv")
+    three = (df["strategy"] == "ps_overlap") & (df["servers"] == 3)
+    df.loc[three, "images_per_sec_cluster"] *= 2
+    df.to_csv(folder / "summary.csv", index=False)
+    assert readme.fair_ps(tmp_path) != block
+
+
 def test_one_regeneration_computes_the_claims_table_once_per_records_folder(monkeypatch):
     """`main` fills the answer, verdicts and decided-rows blocks of both pages from one claims
     table; each later render reads the records again (an edit between renders is seen)."""

@@ -190,6 +190,36 @@ def answer(ref: Path) -> str:
         + decided(ref)).rstrip()
 
 
+FAIR_PS = ("shi2019", "resnet50")  # the testbed and model the fair PS arms ran on
+
+
+def fair_ps(ref: Path) -> str:
+    """Every PS design and all-reduce arm on the fair-PS testbed folder, per worker count > 1:
+    median cluster-equivalent images/sec, its range and runs, and / the ring's median; then
+    chapter 03's best-vs-best sentence with its interval. One line when no such folder exists."""
+    from ddlstudy.chapters.ch03_ps_vs_ring import THESIS_RING, _best_vs_best
+
+    name, model = FAIR_PS
+    folder = ref / f"{TESTBED_03}{name}-{model}"
+    if not (folder / "summary.csv").exists():
+        return f"No `{folder.name}` cells in this reference yet.\n"
+    df = pd.read_csv(folder / "summary.csv")
+    df = _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
+    df = df.assign(cpu_bound=df.get("cpu_bound", False).fillna(False).astype(bool))
+    clean = df[~df["cpu_bound"] & (df["workers"] > 1)]
+    cells = (clean.groupby(["workers", "strategy"])["images_per_sec_cluster"]
+             .agg(["median", "min", "max", "size"]).reset_index())
+    ring = cells[cells["strategy"] == THESIS_RING].set_index("workers")["median"]
+    rows = [{"workers": int(c.workers), "arm": c.strategy,
+             "cluster img/s (median)": f"{c.median:.0f}",
+             "range": f"{c.min:.0f}-{c.max:.0f}", "runs": int(c.size),
+             "/ ring": f"{c.median / ring[c.workers]:.2f}" if c.workers in ring else ""}
+            for c in cells.sort_values(["workers", "median"]).itertuples()]
+    best = _best_vs_best(df[~df["cpu_bound"]], folder / "runs")
+    return (markdown_table(rows) + f"\n`results/reference/{folder.name}` (cpu_bound runs left "
+            "out). " + " ".join(best) + "\n")
+
+
 _PASS: dict[Path, pd.DataFrame] | None = None  # claims tables of the pass in progress
 
 
@@ -314,6 +344,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "verdicts": verdicts,
     "decided_rows": decided_rows,
     "coverage": coverage.block,
+    "fair_ps": fair_ps,
     "chapters": lambda ref: markdown_table(chapter_rows()),
 }
 
