@@ -144,6 +144,20 @@ def test_fair_ps_block_lists_each_arm_from_its_cells(tmp_path):
     assert readme.fair_ps(tmp_path) != block
 
 
+def test_the_answer_states_the_regime_its_runs_recorded():
+    """The regime in the answer and the figure title comes from the runs' records (links, their
+    scale, whose compute was replayed, GPUs per node, latency), not from a sentence typed in."""
+    runs = readme.emulated_runs(REF)
+    said = readme.regime(runs)
+    assert said.startswith(f"emulated {runs['network'].iloc[0]}-like links (rate scaled x")
+    assert "NVIDIA H100" in said and "one GPU per node" in said and "no latency added" in said
+    other = runs.assign(network_scale=0.05, gpus_per_node=8, latency_emulated_s=0.00072,
+                        compute_mode="real")
+    changed = readme.regime(other)
+    assert "x0.05" in changed and "8 GPUs per node" in changed
+    assert "720 us per message" in changed and "compute run on this host" in changed
+
+
 def test_one_regeneration_computes_the_claims_table_once_per_records_folder(monkeypatch):
     """`main` fills the answer, verdicts and decided-rows blocks of both pages from one claims
     table; each later render reads the records again (an edit between renders is seen)."""

@@ -42,18 +42,54 @@ def _arms(df: pd.DataFrame) -> pd.DataFrame:
                                                                  strict=True)])
 
 
-def reference_cells(ref: Path) -> pd.DataFrame:
-    """Chapter 03's emulated cells in the reference: one row per (model, strategy, workers)
-    with the median images/sec over its runs and the number of runs."""
+def emulated_runs(ref: Path) -> pd.DataFrame:
+    """Every usable run of chapter 03's emulated cells in the reference (one row per run)."""
     frames = [pd.read_csv(p / "summary.csv") for p in sorted(ref.glob(f"{EMULATED_03}*"))
               if (p / "summary.csv").exists()]
     if not frames:
         raise FileNotFoundError(f"no {EMULATED_03}*/summary.csv under {ref}: run `make reference`")
     df = pd.concat(frames, ignore_index=True)
-    df = _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
-    return (df.groupby(["model", "strategy", "workers", "network"], as_index=False)
+    return _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
+
+
+def reference_cells(ref: Path) -> pd.DataFrame:
+    """Chapter 03's emulated cells in the reference: one row per (model, strategy, workers)
+    with the median images/sec over its runs and the number of runs."""
+    return (emulated_runs(ref).groupby(["model", "strategy", "workers", "network"], as_index=False)
               .agg(images_per_sec=("images_per_sec_cluster", "median"),
                    runs=("images_per_sec_cluster", "size")))
+
+
+def _device(source: str) -> str:
+    """The device a replay table was measured on (its `device_name`), else the table's name."""
+    from ddlstudy.workload.replay import load_table
+
+    try:
+        names = load_table(source).get("device_name", pd.Series(dtype=str)).dropna().unique()
+    except (ValueError, OSError):
+        names = []
+    return names[0] if len(names) == 1 else f"replay table {source}"
+
+
+def regime(runs: pd.DataFrame) -> str:
+    """The regime the runs were measured in, from their own records: links and their scale,
+    whose compute was replayed, GPUs per node, and the latency emulated."""
+    def values(col: str) -> list[Any]:
+        return sorted(runs[col].dropna().unique().tolist()) if col in runs else []
+
+    nets = ", ".join(map(str, values("network"))) or "?"
+    scales = "/".join(f"{x:g}" for x in values("network_scale")) or "?"
+    modes = values("compute_mode")
+    compute = (", ".join(f"the compute of {_device(str(s))} replayed (replay source {s})"
+                         for s in values("replay_source")) if modes == ["replay"]
+               else "compute run on this host")
+    gpus = values("gpus_per_node") or [1]
+    per_node = ("one GPU per node" if gpus == [1] else
+                f"{'/'.join(map(str, gpus))} GPUs per node")
+    lat = [x for x in values("latency_emulated_s") if x > 0]
+    latency = ("no latency added" if not lat else
+               f"{lat[0] * 1e6:.0f} us per message emulated in the transport (at the scale)")
+    return f"emulated {nets}-like links (rate scaled x{scales}, {compute}, {per_node}, {latency})"
 
 
 TESTBED_03 = "03_ps_vs_ring-testbed-"
@@ -162,6 +198,7 @@ def answer(ref: Path) -> str:
     """The study's answer in one paragraph, every number computed from the reference cells."""
     cells = reference_cells(ref)
     table = ratio_table(cells)
+    setting = regime(emulated_runs(ref))
     ratio_col = next(c for c in table.columns if c.startswith("ring / PS"))
     ratios = table[ratio_col].astype(float)
     spread, growth = [], []
@@ -171,13 +208,11 @@ def answer(ref: Path) -> str:
         spread.append(ps.max() / ps.min() - 1)
         growth.append((ring["images_per_sec"].iloc[-1] / ring["images_per_sec"].iloc[0],
                        int(ring["workers"].iloc[0]), int(ring["workers"].iloc[-1])))
-    net = ", ".join(sorted(cells["network"].astype(str).unique()))
     lo_runs, hi_runs = int(cells["runs"].min()), int(cells["runs"].max())
     lo_w, hi_w = growth[0][1], growth[0][2]
     g = [x[0] for x in growth]
     return (
-        f"On emulated {net}-like links (rate scaled x0.01, an H100's compute replayed, one GPU "
-        f"per node, no latency added), the one-server parameter server's images/sec moved by "
+        f"On {setting}, the one-server parameter server's images/sec moved by "
         f"at most {max(spread):.0%} between 1 and 6 workers for each of {len(table)} models, "
         f"while ring all-reduce grew {min(g):.2f}-{max(g):.2f}x from {lo_w} to {hi_w} workers "
         f"(ideal: {hi_w / lo_w:.1f}x); at {ratio_col.split()[-1]} workers the ring delivered "
@@ -329,8 +364,7 @@ def figure(ref: Path, root: Path) -> Path:
     cells = reference_cells(ref).rename(columns={"images_per_sec": "images_per_sec_cluster"})
     fig = plots.throughput_vs_workers(
         cells.assign(images_per_sec=cells["images_per_sec_cluster"]),
-        title="PS vs ring all-reduce, emulated 10GbE-like links, H100 compute replayed "
-              "(results/reference)")
+        title=f"PS vs ring all-reduce (results/reference): {regime(emulated_runs(ref))}")
     out = root / FIGURE
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90, bbox_inches="tight")
