@@ -103,6 +103,8 @@ def test_the_papers_own_testbed_has_its_sentence_from_its_cells(tmp_path):
     before = readme.testbed_answer(ref)
     assert before.startswith("On Shi 2019's own testbed (emulated testbed shi2019")
     assert "that at 3" in before and "of 6 x one worker" in before
+    # the inputs as the runs recorded them: Shi's AlexNet cells replayed a batch-512 row
+    assert "3x224x224 (imagenet), batch 32 per worker (alexnet: 512)" in before
     summary = ref / f"{readme.TESTBED_03}shi2019-alexnet" / "summary.csv"
     df = pd.read_csv(summary)
     ps6 = (df["strategy"] == "ps_sync") & (df["workers"] == 6)

@@ -95,6 +95,25 @@ def regime(runs: pd.DataFrame) -> str:
 TESTBED_03 = "03_ps_vs_ring-testbed-"
 
 
+def inputs(runs: pd.DataFrame) -> str:
+    """Input shape, data and per-worker batch as the runs recorded them, a model whose batch
+    differs from the most common one named with its own ('synthetic 3x224x224 (imagenet),
+    batch 32 per worker (alexnet: 512)')."""
+    from ddlstudy.workload.catalog import SHAPES
+
+    shapes = []
+    for name in sorted(runs["shape"].dropna().astype(str).unique()) if "shape" in runs else []:
+        dims = "x".join(map(str, SHAPES[name].dims)) if name in SHAPES else "?"
+        shapes.append(f"{dims} ({name})")
+    data = "/".join(sorted(runs["dataset"].dropna().astype(str).unique())) if (
+        "dataset" in runs) else ""
+    batch = runs.groupby("model")["batch_size"].agg(lambda b: int(b.mode().iloc[0]))
+    common = int(batch.mode().iloc[0])
+    odd = ", ".join(f"{m}: {b}" for m, b in batch.items() if b != common)
+    return (f"{data} {', '.join(shapes) or '? shape'}, batch {common} per worker"
+            + (f" ({odd})" if odd else "")).strip()
+
+
 def testbed_answer(ref: Path, name: str = "shi2019") -> str:
     """The same comparison on a paper's own testbed (chapter 03's `03_ps_vs_ring-testbed-<name>-*`
     cells): the one-server PS's images/sec at 6 workers over at 3, the ring's scaling efficiency
@@ -145,7 +164,7 @@ def testbed_answer(ref: Path, name: str = "shi2019") -> str:
         return ""
     runs = _range(cells["size"], ".0f")
     return (f"On {catalog.testbed(name).paper}'s own testbed ({emulated_testbed_label(name)}, "
-            f"links scaled x{scale}{lat}; ImageNet 224x224, batch 32 per worker), "
+            f"links scaled x{scale}{lat}; {inputs(df)}), "
             + "; ".join(parts) + f" (medians of {runs} independent runs per cell, "
             f"`results/reference/{TESTBED_03}{name}-*`). ")
 
