@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from ddlstudy.analysis.inference import MIN_RUNS
 from ddlstudy.chapters.registry import chapter_rows
 from ddlstudy.records.reference import code_version
 from ddlstudy.records.store import project_root
@@ -229,15 +230,17 @@ def answer(ref: Path) -> str:
                        int(ring["workers"].iloc[0]), int(ring["workers"].iloc[-1])))
     lo_runs, hi_runs = int(cells["runs"].min()), int(cells["runs"].max())
     lo_w, hi_w = growth[0][1], growth[0][2]
+    ps_w = cells[cells["strategy"] == "ps_sync"]["workers"]
     g = [x[0] for x in growth]
     return (
         f"On {setting}, the one-server parameter server's images/sec moved by "
-        f"at most {max(spread):.0%} between 1 and 6 workers for each of {len(table)} models, "
+        f"at most {max(spread):.0%} between {ps_w.min()} and {ps_w.max()} workers for each of "
+        f"{len(table)} models, "
         f"while ring all-reduce grew {min(g):.2f}-{max(g):.2f}x from {lo_w} to {hi_w} workers "
         f"(ideal: {hi_w / lo_w:.1f}x); at {ratio_col.split()[-1]} workers the ring delivered "
         f"{ratios.min():.1f}-{ratios.max():.1f}x the parameter server's images/sec. "
         + (f"Cells hold {lo_runs}-{hi_runs} independent runs (medians above); chapter 99 "
-           "decides a claim only from >= 5. " if lo_runs != hi_runs else
+           f"decides a claim only from >= {MIN_RUNS}. " if lo_runs != hi_runs else
            f"Each cell holds {lo_runs} independent run{'s' if lo_runs > 1 else ''}. ")
         + f"Source: {provenance(ref)}. "
         + testbed_answer(ref)
