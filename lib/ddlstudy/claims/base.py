@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ddlstudy.analysis.validity import replay_lagged
+
 Folders = dict[str, list[str]]
 EMULATED_03 = "03_ps_vs_ring-emulated"
 # Until the testbeds exist (see the testbeds issue), every emulated number is H100 compute
@@ -136,7 +138,8 @@ def side(no_effect: float, direction: str = "greater") -> tuple[float, float]:
 
 
 def usable(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows a claim reads: no error, not CPU-bound, integer `repeat` and `seed`."""
+    """The rows a claim reads: no error, not CPU-bound, no replay lag (`analysis.validity`),
+    integer `repeat` and `seed`."""
     if df.empty:
         return df
     if "error" in df:
@@ -144,6 +147,7 @@ def usable(df: pd.DataFrame) -> pd.DataFrame:
         df = df[~(err.notna() & (err.astype(str) != "") & (err.astype(str) != "nan"))]
     if "cpu_bound" in df:  # the host, not the emulated link, set these cells' pace
         df = df[~df["cpu_bound"].fillna(False).astype(bool)]
+    df = df[~replay_lagged(df)]  # the host, not the replayed device, set a lone worker's step
     for key in ("repeat", "seed"):
         df = df.assign(**{key: df[key].fillna(0).astype(int) if key in df else 0})
     return df

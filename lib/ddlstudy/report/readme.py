@@ -22,6 +22,7 @@ import pandas as pd
 
 from ddlstudy.analysis.inference import MIN_RUNS
 from ddlstudy.chapters.registry import chapter_rows
+from ddlstudy.claims.base import usable
 from ddlstudy.records.reference import code_version
 from ddlstudy.records.store import project_root
 from ddlstudy.registry import markdown_table
@@ -44,13 +45,14 @@ def _arms(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def emulated_runs(ref: Path) -> pd.DataFrame:
-    """Every usable run of chapter 03's emulated cells in the reference (one row per run)."""
+    """Every usable run (`claims.base.usable`: no error, not cpu_bound, no replay lag) of
+    chapter 03's emulated cells in the reference (one row per run)."""
     frames = [pd.read_csv(p / "summary.csv") for p in sorted(ref.glob(f"{EMULATED_03}*"))
               if (p / "summary.csv").exists()]
     if not frames:
         raise FileNotFoundError(f"no {EMULATED_03}*/summary.csv under {ref}: run `make reference`")
     df = pd.concat(frames, ignore_index=True)
-    return _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
+    return _arms(usable(df))
 
 
 def reference_cells(ref: Path) -> pd.DataFrame:
@@ -128,7 +130,7 @@ def testbed_answer(ref: Path, name: str = "shi2019") -> str:
     if not frames:
         return ""
     df = pd.concat(frames, ignore_index=True)
-    df = _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
+    df = _arms(usable(df))
     cells = (df.groupby(["model", "strategy", "workers"])["images_per_sec_cluster"]
                .agg(["median", "size"]))
     med = cells["median"]
@@ -261,9 +263,8 @@ def fair_ps(ref: Path) -> str:
     if not (folder / "summary.csv").exists():
         return f"No `{folder.name}` cells in this reference yet.\n"
     df = pd.read_csv(folder / "summary.csv")
-    df = _arms(df[df["error"].isna() | (df["error"].astype(str) == "")])
-    df = df.assign(cpu_bound=df.get("cpu_bound", False).fillna(False).astype(bool))
-    clean = df[~df["cpu_bound"] & (df["workers"] > 1)]
+    df = _arms(usable(df))
+    clean = df[df["workers"] > 1]
     cells = (clean.groupby(["workers", "strategy"])["images_per_sec_cluster"]
              .agg(["median", "min", "max", "size"]).reset_index())
     ring = cells[cells["strategy"] == THESIS_RING].set_index("workers")["median"]
@@ -272,9 +273,9 @@ def fair_ps(ref: Path) -> str:
              "range": f"{c.min:.0f}-{c.max:.0f}", "runs": int(c.size),
              "/ ring": f"{c.median / ring[c.workers]:.2f}" if c.workers in ring else ""}
             for c in cells.sort_values(["workers", "median"]).itertuples()]
-    best = _best_vs_best(df[~df["cpu_bound"]], folder / "runs")
-    return (markdown_table(rows) + f"\n`results/reference/{folder.name}` (cpu_bound runs left "
-            "out). " + " ".join(best) + "\n")
+    best = _best_vs_best(df, folder / "runs")
+    return (markdown_table(rows) + f"\n`results/reference/{folder.name}` (usable runs: no "
+            "error, not cpu_bound, no replay lag). " + " ".join(best) + "\n")
 
 
 _PASS: dict[Path, pd.DataFrame] | None = None  # claims tables of the pass in progress
