@@ -31,6 +31,7 @@ from ddlstudy.analysis.costmodel.step import (
     predict_step,
     profile_link,
 )
+from ddlstudy.analysis.validity import replay_lagged
 from ddlstudy.network.profiles import PROFILES
 from ddlstudy.workload.catalog import SHAPES
 
@@ -49,7 +50,8 @@ def read_cells(dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Every summary.csv under `dirs` (recursively), one row per distinct measured cell.
 
     A chapter's summary repeats its cells' own summaries: rows equal on the cell key and wall
-    time are one measurement. Failed cells (an error) are dropped."""
+    time are one measurement. Failed runs (an error) and runs whose replayed clock lagged
+    (`analysis.validity`) are dropped."""
     frames = []
     for d in dirs:
         root = Path(d)
@@ -67,6 +69,7 @@ def read_cells(dirs: Sequence[str | Path]) -> pd.DataFrame:
                            "replay / emulated networks; rerun them with this version")
     if "error" in cells.columns:
         cells = cells[cells["error"].isna() | (cells["error"].astype(str) == "")]
+    cells = cells[~replay_lagged(cells)]  # the host set these lone workers' steps
     for col in CELL_KEY:
         if col not in cells.columns:
             cells[col] = math.nan
