@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ddlstudy.analysis import plots, stats, units
+from ddlstudy.analysis.validity import REPLAY_LAG_MAX, replay_lagged
 from ddlstudy.chapters.registry import get_chapter
 from ddlstudy.experiments import grid
 from ddlstudy.network.emulated import netem
@@ -270,14 +271,20 @@ THESIS_RING = "allreduce"
 
 def _ring_vs_ps(r: Result) -> list[str]:
     """Ring / PS images/sec at the most workers both ran, over interleaved repeats (else the
-    timed chunks of each cell's one run: ddlstudy.analysis.units); CPU-bound cells left out."""
+    timed chunks of each cell's one run: ddlstudy.analysis.units); CPU-bound runs and lone
+    workers whose replayed clock lagged (analysis.validity) left out."""
     summary = r.summary
-    clean = summary[~summary["cpu_bound"]]
+    lagged = replay_lagged(summary)
+    clean = summary[~summary["cpu_bound"] & ~lagged]
     lines = []
-    if len(clean) < len(summary):
+    if summary["cpu_bound"].any():
         lines.append(f"{(summary['cpu_bound']).sum()} run(s) asked more of this host than its "
                      "measured aggregate link ceiling (`cpu_bound`, red x): they are shown, not "
                      "used for the comparison below.")
+    if lagged.any():
+        lines.append(f"{int(lagged.sum())} one-worker run(s) took over {REPLAY_LAG_MAX:.0%} "
+                     "longer than the replayed step (the host, not the replayed device, set "
+                     "their pace: analysis.validity): they are shown, not used below.")
     tops = clean.groupby("strategy")["workers"].max()
     if THESIS_PS in tops and THESIS_RING in tops:
         n = int(min(tops[THESIS_PS], tops[THESIS_RING]))
