@@ -4,6 +4,7 @@ real (same bytes, the right average), and a run inside an emulated network recor
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,18 @@ def test_replayed_compute_lasts_its_target(cluster: Cluster, table: str) -> None
     assert row["images_per_sec_cluster"] == pytest.approx(3.0 * row["images_per_sec"])
     assert set(result.steps["compute_mode"]) == {"replay"}
     assert "compute replayed from" in conditions(config)
+
+
+def test_a_lone_replayed_worker_records_its_replay_lag(cluster: Cluster, table: str) -> None:
+    """summary.csv's replay_lag: compute_s over the replayed step, - 1, for one worker without
+    servers (analysis.validity), whatever the host's load made it; NaN at two workers."""
+    one = train(cluster, _config(table, strategy="allreduce", workers=1, time_dilation=3.0),
+                progress=False).row
+    expect = one["compute_s"] / (one["replay_s"] * one["time_dilation"]) - 1
+    assert one["replay_lag"] == pytest.approx(expect) and one["replay_lag"] > -0.01
+    two = train(cluster, _config(table, strategy="allreduce", workers=2, time_dilation=3.0),
+                progress=False).row
+    assert math.isnan(two["replay_lag"])
 
 
 @pytest.mark.parametrize("strategy", ["allreduce", "ps_sync", "ddp"])

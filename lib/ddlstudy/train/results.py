@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ddlstudy.analysis.validity import replay_lag
 from ddlstudy.strategies import (
     get_strategy,
 )
@@ -172,6 +173,9 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
         # driver's host waited for a CPU (records.store.cpu_stall_s), weighted by chunk length
         "host_cpu_pressure": _weighted(chunks, "host_cpu_pressure"),
     }
+    # a lone replayed worker's compute over the replayed step, - 1 (analysis.validity); NaN
+    # where not judged. Readers recompute it from the columns, so older records are judged too.
+    row["replay_lag"] = float(replay_lag(pd.DataFrame([row])).iloc[0])
     return pd.DataFrame([row])
 
 
