@@ -314,17 +314,32 @@ def _best_arms(clean: pd.DataFrame, n: int) -> tuple[str, str, list[str], list[s
     return med[ps].idxmax(), med[ring].idxmax(), ps, ring
 
 
-def _best_vs_best(clean: pd.DataFrame, runs_root: Path) -> list[str]:
+@dataclass
+class BestVsBest:
+    """The best all-reduce arm over the best PS design at `workers`: `est` (ring / PS
+    images/sec with its interval) over `unit`, and the arms each was chosen from."""
+
+    workers: int
+    best_ring: str
+    best_ps: str
+    rings: list[str]
+    pss: list[str]
+    est: stats.Interval
+    unit: str
+
+
+def best_vs_best(clean: pd.DataFrame, runs_root: Path) -> BestVsBest | None:
     """Best all-reduce vs best PS (issue 21: the PS users would deploy today, not only the
-    thesis's naive one) at the most workers where more than the thesis's pair ran."""
+    thesis's naive one) at the most workers where more than the thesis's pair ran; None where
+    only the thesis's pair (or one kind) ran. `clean`: usable runs, arms labelled (`arms`)."""
     if clean.empty:
-        return []
+        return None
     for n in sorted(clean["workers"].unique(), reverse=True):
         picked = _best_arms(clean, int(n))
         if picked is not None:
             break
     else:
-        return []
+        return None
     best_ps, best_ring, ps, ring = picked
     chunks = units.chunk_rates(runs_root)
     if not chunks.empty and "servers" in chunks:
@@ -333,10 +348,19 @@ def _best_vs_best(clean: pd.DataFrame, runs_root: Path) -> list[str]:
     (a, b), unit = units.cell_values(clean, chunks, [{"strategy": best_ring, "workers": n},
                                                      {"strategy": best_ps, "workers": n}])
     est = stats.ratio_ci(a, b, paired=unit == units.REPEATS and len(a) == len(b))
-    return [f"Best all-reduce ({best_ring}, of {', '.join(ring)}) vs best parameter server "
-            f"({best_ps}, of {', '.join(ps)}) at {int(n)} workers, each the highest median "
-            f"images/sec of its kind, over {units.UNIT_NOTE[unit]}: " +
-            stats.reason(est, 1.0, +1, f"{best_ring} / {best_ps} images/sec", ".2f") + "."]
+    return BestVsBest(int(n), best_ring, best_ps, ring, ps, est, unit)
+
+
+def _best_vs_best(clean: pd.DataFrame, runs_root: Path) -> list[str]:
+    """`best_vs_best` as the chapter's sentence (none where it is None)."""
+    b = best_vs_best(clean, runs_root)
+    if b is None:
+        return []
+    return [f"Best all-reduce ({b.best_ring}, of {', '.join(b.rings)}) vs best parameter server "
+            f"({b.best_ps}, of {', '.join(b.pss)}) at {b.workers} workers, each the highest "
+            f"median images/sec of its kind, over {units.UNIT_NOTE[b.unit]}: " +
+            stats.reason(b.est, 1.0, +1, f"{b.best_ring} / {b.best_ps} images/sec", ".2f")
+            + "."]
 
 
 def text(r: Result, p: Plan) -> str:

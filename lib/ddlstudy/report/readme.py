@@ -246,10 +246,47 @@ def answer(ref: Path) -> str:
            f"Each cell holds {lo_runs} independent run{'s' if lo_runs > 1 else ''}. ")
         + f"Source: {provenance(ref)}. "
         + testbed_answer(ref)
+        + fair_ps_answer(ref)
         + decided(ref)).rstrip()
 
 
 FAIR_PS = ("shi2019", "resnet50")  # the testbed and model the fair PS arms ran on
+
+
+def _fair_ps_runs(ref: Path) -> tuple[pd.DataFrame, Path] | None:
+    """The fair-PS testbed folder's usable runs, arms labelled, and the folder; None if absent."""
+    name, model = FAIR_PS
+    folder = ref / f"{TESTBED_03}{name}-{model}"
+    if not (folder / "summary.csv").exists():
+        return None
+    return _arms(usable(pd.read_csv(folder / "summary.csv"))), folder
+
+
+def fair_ps_answer(ref: Path) -> str:
+    """One sentence for the answer: the ring over the best PS design and over the thesis's PS
+    at the fair-PS cells' top worker count ('' without those cells)."""
+    from ddlstudy.analysis import units
+    from ddlstudy.chapters.ch03_ps_vs_ring import THESIS_PS, THESIS_RING, best_vs_best
+
+    found = _fair_ps_runs(ref)
+    if found is None:
+        return ""
+    df, folder = found
+    b = best_vs_best(df, folder / "runs")
+    if b is None:
+        return ""
+    med = df[df["workers"] == b.workers].groupby("strategy")["images_per_sec_cluster"].median()
+    naive = (f"; the thesis's PS delivered {med[THESIS_PS] / med[THESIS_RING]:.2f}x the ring's"
+             if {THESIS_PS, THESIS_RING} <= set(med.index) else "")
+    e = b.est
+    where = ("holds 1: these runs do not tell the two apart" if e.low <= 1 <= e.high else
+             "lies wholly above 1" if e.low > 1 else "lies wholly below 1")
+    return (f"With the parameter servers users would deploy today on the same testbed "
+            f"({FAIR_PS[1]}, {b.workers} workers), the ring delivered {e.value:.2f}x the "
+            f"images/sec of the best of them ({b.best_ps}; run: {', '.join(b.pss)}; "
+            f"{e.coverage:.0%} interval [{e.low:.2f}, {e.high:.2f}] over {e.n} "
+            f"{'independent runs' if b.unit == units.REPEATS else 'timed chunks'}, which "
+            f"{where}){naive} (`results/reference/{folder.name}`). ")
 
 
 def fair_ps(ref: Path) -> str:
@@ -258,12 +295,10 @@ def fair_ps(ref: Path) -> str:
     chapter 03's best-vs-best sentence with its interval. One line when no such folder exists."""
     from ddlstudy.chapters.ch03_ps_vs_ring import THESIS_RING, _best_vs_best
 
-    name, model = FAIR_PS
-    folder = ref / f"{TESTBED_03}{name}-{model}"
-    if not (folder / "summary.csv").exists():
-        return f"No `{folder.name}` cells in this reference yet.\n"
-    df = pd.read_csv(folder / "summary.csv")
-    df = _arms(usable(df))
+    found = _fair_ps_runs(ref)
+    if found is None:
+        return f"No `{TESTBED_03}{'-'.join(FAIR_PS)}` cells in this reference yet.\n"
+    df, folder = found
     clean = df[df["workers"] > 1]
     cells = (clean.groupby(["workers", "strategy"])["images_per_sec_cluster"]
              .agg(["median", "min", "max", "size"]).reset_index())
