@@ -198,3 +198,76 @@ def test_a_process_that_left_the_sittings_session_is_found_and_killed():
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def _plan(path: Path, stages: list[dict]) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({"stages": stages}))
+    return path
+
+
+@pytest.mark.parametrize("stages, match", [
+    ([], "has no `stages:` list"),
+    ([{"params": SMOKE}], "stage 1: give `out`"),
+    ([{"out": "OUT", "params": SMOKE, "when": "now"}], "stage 1: unknown key(s) ['when']"),
+    ([{"out": "OUT", "params": SMOKE}, {"out": "OUT", "params": ["params/nope.yaml"]}],
+     "stage 2: params/nope.yaml: no such params file"),
+    ([{"out": "results/x", "params": SMOKE}], "stage 1: --out results/x is under results/"),
+    ([{"out": "OUT", "params": SMOKE, "until": "25:99"}], "stage 1: --until '25:99'"),
+])
+def test_plan_bad_input_is_one_line_naming_the_stage(repo_root: Path, tmp_path: Path,
+                                                     stages: list[dict], match: str):
+    """Every stage is checked before any runs: one line, exit 2, nothing written."""
+    stages = [{k: (str(tmp_path / "o") if v == "OUT" else v) for k, v in s.items()}
+              for s in stages]
+    plan = _plan(tmp_path / "plan.yaml", stages)
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.records.sitting", "--plan",
+                           str(plan)], cwd=repo_root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --plan ") and match in lines[0], lines
+    assert not (tmp_path / "o").exists()
+
+
+def test_plan_with_params_or_out_too_is_one_line(repo_root: Path, tmp_path: Path):
+    plan = _plan(tmp_path / "plan.yaml", [{"out": str(tmp_path / "o"), "params": SMOKE}])
+    proc = subprocess.run([sys.executable, "-m", "ddlstudy.records.sitting", "--plan",
+                           str(plan), "--out", str(tmp_path / "x")], cwd=repo_root,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--plan takes no params" in proc.stderr
+
+
+def test_a_plan_runs_its_stages_in_order(repo_root: Path, tmp_path: Path, capsys):
+    """Two sittings from one plan, each from its own worktree of HEAD, nothing left after."""
+    before = _worktrees(repo_root)
+    stages = sitting.read_plan(_plan(tmp_path / "plan.yaml", [
+        {"out": str(tmp_path / "a"), "params": SMOKE, "max_s": 600},
+        {"out": str(tmp_path / "b"), "params": SMOKE}]), repo_root)
+    assert sitting.run_plan(stages, root=repo_root) == 0
+    for out in ("a", "b"):
+        meta = json.loads((tmp_path / out / "meta.json").read_text())
+        assert meta["git_sha"] == _head(repo_root)
+    printed = capsys.readouterr().out
+    assert printed.index("stage 1 of 2") < printed.index("stage 2 of 2")
+    assert _worktrees(repo_root) == before and not _left_behind(tmp_path)
+
+
+def test_a_signal_stops_the_plan_not_only_its_stage(repo_root: Path, tmp_path: Path):
+    """SIGTERM during stage 1 stops it (finished runs kept) and stage 2 never starts."""
+    before = _worktrees(repo_root)
+    plan = _plan(tmp_path / "plan.yaml", [{"out": str(tmp_path / "a"), "params": CI},
+                                          {"out": str(tmp_path / "b"), "params": SMOKE}])
+    proc = subprocess.Popen([sys.executable, "-m", "ddlstudy.records.sitting", "--plan",
+                             str(plan), "--grace-s", "30"], cwd=repo_root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    while line and "(a worktree of HEAD)" not in line:  # stage 1's report is starting
+        line = proc.stdout.readline()
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "plan stopped at stage 1 of 2" in out and "stage 2 of 2" not in out
+    assert not (tmp_path / "b").exists()
+    assert _worktrees(repo_root) == before and not _left_behind(tmp_path)

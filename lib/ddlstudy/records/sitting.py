@@ -11,6 +11,9 @@ moved to. The worktree is removed at the end, whatever ends it. Afterwards it pr
 chapter folder with runs it wrote, the `add-runs` line that pools them into results/reference.
 
 `python -m ddlstudy.records.sitting --out DIR [--until HH:MM | --max-s S] PARAMS.yaml...`
+`python -m ddlstudy.records.sitting --plan PLAN.yaml`: several sittings one after another, each
+from a fresh worktree of HEAD at its start (PLAN: `stages:` of `out`, `params`, `until` /
+`max_s`); a signal stops the plan, a stage's deadline only that stage.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from ddlstudy.host.process import stop_group
 from ddlstudy.records import store
@@ -79,7 +85,8 @@ def check_params(params: Sequence[str], root: Path) -> list[tuple[str, Path | No
     for i, p in enumerate(params):
         path = (root / p) if not Path(p).is_absolute() else Path(p)
         if not path.is_file():
-            raise SittingError(f"{p}: no such params file")
+            raise SittingError(f"{p}: no such params file; give existing files, e.g. "
+                               "params/default.yaml")
         try:
             rel = path.resolve().relative_to(root.resolve()).as_posix()
         except ValueError:
@@ -242,26 +249,130 @@ def run(params: Sequence[str], out: Path, seconds: float, *, root: Path | None =
     return rc
 
 
+@dataclass
+class Stage:
+    """One sitting of a plan: its params layers, scratch folder and deadline."""
+
+    params: list[str]
+    out: Path
+    until: str | None = None
+    max_s: float | None = None
+
+
+def read_plan(path: Path, root: Path) -> list[Stage]:
+    """The plan's stages, each checked as a sitting's command line is (params present, `out`
+    outside results/, a well-formed deadline not yet passed). Raises SittingError naming the
+    stage and the fix."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise SittingError(f"--plan {path}: {err.strerror or err}; give an existing YAML "
+                           "file") from None
+    except yaml.YAMLError as err:
+        raise SittingError(f"--plan {path} is not YAML ({str(err).splitlines()[0]}); "
+                           "fix it") from None
+    entries = doc.get("stages") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise SittingError(f"--plan {path} has no `stages:` list; give stages of out, params "
+                           "and until or max_s")
+    stages = []
+    for i, entry in enumerate(entries, 1):
+        where = f"--plan {path}, stage {i}"
+        if not isinstance(entry, dict) or not entry.get("out") or not entry.get("params"):
+            raise SittingError(f"{where}: give `out` (a scratch folder) and `params` (a list)")
+        unknown = set(entry) - {"out", "params", "until", "max_s"}
+        if unknown:
+            raise SittingError(f"{where}: unknown key(s) {sorted(unknown)}; keys are out, "
+                               "params, until, max_s")
+        until = None if entry.get("until") is None else str(entry["until"])
+        stage = Stage([str(p) for p in entry["params"]], Path(entry["out"]), until,
+                      None if entry.get("max_s") is None else float(entry["max_s"]))
+        try:
+            check_params(stage.params, root)
+            deadline(stage.until, stage.max_s)
+            _check_out(stage.out, root)
+        except SittingError as err:
+            raise SittingError(f"{where}: {err}") from None
+        stages.append(stage)
+    return stages
+
+
+def _check_out(out: Path, root: Path) -> None:
+    if out.resolve().is_relative_to((root / "results").resolve()):
+        raise SittingError(f"--out {out} is under results/: write to a scratch folder and "
+                           "pool with add-runs")
+
+
+def run_plan(stages: Sequence[Stage], *, root: Path | None = None,
+             grace_s: float = GRACE_S) -> int:
+    """Run the stages in order (`run` each, its deadline computed when it starts; one whose
+    `until` has passed by then is skipped). A stage stopped by SIGINT / SIGTERM ends the plan
+    with its status; otherwise the last non-zero status (124: a deadline), else 0."""
+    root = root or store.project_root()
+    between = {"by": 0}  # a signal while no stage runs (each stage installs its own handler)
+
+    def note(signum: int, _frame: object) -> None:
+        between["by"] = signum
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _stages(stages, root, grace_s, between)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _stages(stages: Sequence[Stage], root: Path, grace_s: float, between: dict[str, int]) -> int:
+    """`run_plan`'s loop; `between` holds a signal that arrived while no stage ran."""
+    rc = 0
+    for i, stage in enumerate(stages, 1):
+        if between["by"]:
+            print(f"sitting: plan stopped by {signal.Signals(between['by']).name} before stage "
+                  f"{i} of {len(stages)}", flush=True)
+            return 128 + between["by"]
+        try:
+            seconds = deadline(stage.until, stage.max_s)
+        except SittingError as err:
+            print(f"sitting: stage {i} skipped: {err}", flush=True)
+            rc = 124
+            continue
+        print(f"sitting: stage {i} of {len(stages)} -> {stage.out}", flush=True)
+        status = run(stage.params, stage.out, seconds, root=root, grace_s=grace_s)
+        if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+            print(f"sitting: plan stopped at stage {i} of {len(stages)}", flush=True)
+            return status
+        rc = status or rc
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ddlstudy.records.sitting",
         description="Run the report on HEAD's code from a throwaway worktree, to a deadline, "
         "for reference cells; then print the add-runs lines that pool them.")
-    parser.add_argument("params", nargs="+", help="params files in layer order (HEAD's copy "
+    parser.add_argument("params", nargs="*", help="params files in layer order (HEAD's copy "
                         "where it holds them unchanged, else copied beside the worktree)")
-    parser.add_argument("--out", required=True, help="a scratch run folder, not results/")
+    parser.add_argument("--out", help="a scratch run folder, not results/")
+    parser.add_argument("--plan", help="a YAML file of `stages:` (out, params, until / max_s) "
+                        "run one after another instead of one sitting")
     parser.add_argument("--until", default=None, help="stop at HH:MM (local time, today)")
     parser.add_argument("--max-s", type=float, default=None, help="stop after S seconds")
     parser.add_argument("--grace-s", type=float, default=GRACE_S,
                         help="seconds between SIGTERM and SIGKILL at the deadline")
     args = parser.parse_args(argv)
     try:
+        root = store.project_root()
+        if args.plan:
+            if args.params or args.out or args.until or args.max_s:
+                raise SittingError("--plan takes no params, --out, --until or --max-s: each "
+                                   "stage names its own")
+            return run_plan(read_plan(Path(args.plan), root), root=root, grace_s=args.grace_s)
+        if not args.out:
+            raise SittingError("give --out DIR (a scratch folder) and the params layers, or "
+                               "--plan PLAN.yaml")
         seconds = deadline(args.until, args.max_s)
-        out = Path(args.out)
-        if out.resolve().is_relative_to((store.project_root() / "results").resolve()):
-            raise SittingError(f"--out {args.out} is under results/: write to a scratch folder "
-                               "and pool with add-runs")
-        return run(args.params, out, seconds, grace_s=args.grace_s)
+        _check_out(Path(args.out), root)
+        return run(args.params, Path(args.out), seconds, root=root, grace_s=args.grace_s)
     except SittingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
