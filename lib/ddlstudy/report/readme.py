@@ -55,12 +55,13 @@ def emulated_runs(ref: Path) -> pd.DataFrame:
     return _arms(usable(df))
 
 
-def reference_cells(ref: Path) -> pd.DataFrame:
-    """Chapter 03's emulated cells in the reference: one row per (model, strategy, workers)
-    with the median images/sec over its runs and the number of runs."""
-    return (emulated_runs(ref).groupby(["model", "strategy", "workers", "network"], as_index=False)
-              .agg(images_per_sec=("images_per_sec_cluster", "median"),
-                   runs=("images_per_sec_cluster", "size")))
+def reference_cells(ref: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Chapter 03's emulated cells in the reference (or `runs`, `emulated_runs` already read):
+    one row per (model, strategy, workers) with the median images/sec and the number of runs."""
+    runs = emulated_runs(ref) if runs is None else runs
+    return (runs.groupby(["model", "strategy", "workers", "network"], as_index=False)
+                .agg(images_per_sec=("images_per_sec_cluster", "median"),
+                     runs=("images_per_sec_cluster", "size")))
 
 
 def _device(source: str) -> str:
@@ -218,9 +219,10 @@ def ratio_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 def answer(ref: Path) -> str:
     """The study's answer in one paragraph, every number computed from the reference cells."""
-    cells = reference_cells(ref)
+    runs = emulated_runs(ref)
+    cells = reference_cells(ref, runs)
     table = ratio_table(cells)
-    setting = regime(emulated_runs(ref))
+    setting = regime(runs)
     ratio_col = next(c for c in table.columns if c.startswith("ring / PS"))
     ratios = table[ratio_col].astype(float)
     spread, growth = [], []
@@ -419,10 +421,12 @@ def figure(ref: Path, root: Path) -> Path:
     """Images/sec vs workers, PS vs ring, one panel per model, from the reference cells."""
     from ddlstudy.analysis import plots
 
-    cells = reference_cells(ref).rename(columns={"images_per_sec": "images_per_sec_cluster"})
+    runs = emulated_runs(ref)
+    cells = reference_cells(ref, runs).rename(
+        columns={"images_per_sec": "images_per_sec_cluster"})
     fig = plots.throughput_vs_workers(
         cells.assign(images_per_sec=cells["images_per_sec_cluster"]),
-        title=f"PS vs ring all-reduce (results/reference): {regime(emulated_runs(ref))}")
+        title=f"PS vs ring all-reduce (results/reference): {regime(runs)}")
     out = root / FIGURE
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90, bbox_inches="tight")
