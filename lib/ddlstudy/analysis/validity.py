@@ -40,7 +40,7 @@ def replay_lag(df: pd.DataFrame) -> pd.Series:
 
     def alone(strategy: object) -> bool:
         spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
-        return spec is not None and not spec.needs_servers
+        return spec is not None and not spec.needs_servers and not spec.colocated_servers
 
     judged = (df["workers"] == 1) & df["strategy"].map(alone) & (replayed > 0)
     lag = pd.to_numeric(df["compute_s"], errors="coerce") / (replayed * dilation) - 1
