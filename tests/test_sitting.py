@@ -271,3 +271,11 @@ def test_a_signal_stops_the_plan_not_only_its_stage(repo_root: Path, tmp_path: P
     assert "plan stopped at stage 1 of 2" in out and "stage 2 of 2" not in out
     assert not (tmp_path / "b").exists()
     assert _worktrees(repo_root) == before and not _left_behind(tmp_path)
+
+
+def test_the_committed_plans_read(repo_root: Path):
+    """Every plan under params/plans/ passes the checks a sitting makes before it starts."""
+    plans = sorted((repo_root / "params" / "plans").glob("*.yaml"))
+    assert plans
+    for plan in plans:
+        assert sitting.read_plan(plan, repo_root)
