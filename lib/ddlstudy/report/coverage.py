@@ -79,7 +79,8 @@ class Grid:
 
 GRIDS = (
     Grid("Shi 2019", "shi2019", _models("shi2019"), ("ps_sync", "allreduce"), (1, 3, 6),
-         "params/reference-shi-ps-models.yaml / -ring-models.yaml, one model a last layer"),
+         "params/reference-shi-ps-models.yaml / -ring-models.yaml, one model a last layer "
+         "(e.g. reference-shi-ps-vgg19.yaml; params/plans/issue21.yaml)"),
     Grid("Shi 2019 (fair PS, S = 1 overlapped)", "shi2019", ("resnet50",), ("ps_overlap",),
          (3, 6), "params/reference-fairps.yaml", servers=1),
     Grid("Shi 2019 (fair PS, S = N co-located)", "shi2019", ("resnet50",), ("ps_colocated",),
@@ -95,7 +96,8 @@ GRIDS = (
          (1, 8, 16, 24, 32),
          "params/reference-wang-nodes.yaml (+ reference-wang-3x8 / -4x8.yaml)"),
     Grid("Shi 2019", TODAY, _models("shi2019"), ("ps_sync", "allreduce"), (1, 3, 6),
-         "params/reference-repeats-update.yaml, a last layer naming the model and workers",
+         "params/reference-repeats-update.yaml, a last layer naming the model and workers "
+         "(e.g. reference-repeats-update-resnet152.yaml; params/plans/issue21.yaml)",
          profile="10GbE", folder="03_ps_vs_ring-emulated-{model}"),
     Grid("Wang (NCHC), InfiniBand", TODAY, ("resnet50",), ("allreduce",), (1, 6),
          "params/reference-repeats-profiles.yaml", profile="IB-EDR",
