@@ -43,6 +43,23 @@ def test_closed_pipe_ends_quietly(args):
     assert proc.returncode == entry.EXIT_PIPE_CLOSED, (proc.returncode, proc.stderr)
 
 
+def test_the_installed_script_ends_quietly_too():
+    """The `ddlstudy` console script calls ddlstudy.cli.main directly, not through __main__."""
+    script = Path(sys.executable).parent / "ddlstudy"
+    if not script.exists():
+        pytest.skip(f"{script} not installed (pip install -e . puts it there)")
+    for args in (["--help"], ["params", "params/default.yaml"]):
+        read_fd, write_fd = os.pipe()
+        os.close(read_fd)
+        try:
+            proc = subprocess.run([str(script), *args], stdout=write_fd, stderr=subprocess.PIPE,
+                                  text=True, cwd=REPO, timeout=120)
+        finally:
+            os.close(write_fd)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == entry.EXIT_PIPE_CLOSED, (args, proc.returncode)
+
+
 def test_run_returns_main_code_and_maps_none_to_zero():
     assert entry.run(lambda: 2) == 2
     assert entry.run(lambda: None) == 0

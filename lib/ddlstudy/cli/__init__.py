@@ -44,8 +44,12 @@ def usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns its exit code (2 with one line for an unknown command)."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; returns its exit code (2 with one line for an unknown command, 141
+    when stdout's reader left: the installed `ddlstudy` script calls this directly)."""
+    return entry.run(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)))
+
+
+def _dispatch(args: list[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if args else EXIT_BAD_INPUT
@@ -58,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rest = ["--params", "params/default.yaml", "--params", "params/reference.yaml",
                 "--out", "results/reference", *rest]
     module = importlib.import_module(COMMANDS[name][0])
-    return entry.run(lambda: module.main(rest))
+    return int(module.main(rest) or 0)
 
 
 if __name__ == "__main__":
