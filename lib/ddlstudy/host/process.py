@@ -24,22 +24,27 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+def stop_group(proc: subprocess.Popen, grace_s: float) -> bool:
     """SIGTERM the group `proc` leads, wait up to `grace_s` for the leader to exit (so it can
     keep what it finished), then SIGKILL the group, helpers that outlived the leader included,
     and reap the leader. `proc` must have been started with `start_new_session=True`.
-    Raises nothing when the group is already gone."""
+    Returns whether the leader was reaped (False: still in uninterruptible sleep after REAP_S
+    past SIGKILL); raises nothing, so a caller's clean-up after it always runs."""
     if _signal_group(proc.pid, signal.SIGTERM):
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-    kill_group(proc)
+    return kill_group(proc)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> bool:
     """SIGKILL the group `proc` leads (started with `start_new_session=True`) and reap the
-    leader. Raises nothing when the group is already gone; subprocess.TimeoutExpired if the
-    leader is still not reaped after REAP_S (a process in uninterruptible sleep)."""
+    leader; returns whether it was reaped within REAP_S. Raises nothing, also when the group is
+    already gone."""
     _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=REAP_S)
+    try:
+        proc.wait(timeout=REAP_S)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
