@@ -190,7 +190,7 @@ def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
     cmd = ["ip", "netns", "exec", hosts.namespaces[0], sys.executable, "-m", "ddlstudy.cluster",
            "--launcher", "ssh", "--hosts", "h0:2,h1:2", "--ifname", hosts.ifname,
            "--ssh-args", f"-F {hosts.ssh_config}", "--check", "--sizes", "8,65536",
-           "--iters", "3"]
+           "--iters", "3", "--start-timeout", "600"]
     t0 = time.monotonic()
     # (ipyparallel's SSH launcher stops each engine through several ssh round trips, each a
     # remote Python: minutes on a host at load 30)

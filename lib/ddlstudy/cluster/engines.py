@@ -1046,6 +1046,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_CHECK_SIZES)),
                         help="ping-pong message sizes in bytes, comma-separated")
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT_S,
+                        help="seconds to wait for the engines to register (SSH, Slurm and MPI "
+                        "launches on a busy host may need more)")
     parser.add_argument("--cleanup", action="store_true",
                         help="stop the clusters of this checkout whose owner process died")
     parser.add_argument("--stop-all", action="store_true",
@@ -1065,7 +1068,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     handle_signals()
     try:
-        with Cluster(workers=args.workers, profile=args.profile, launch=launch) as cluster:
+        with Cluster(workers=args.workers, profile=args.profile, launch=launch,
+                     start_timeout_s=args.start_timeout) as cluster:
             print(format_table(cluster.info(), ["rank", "local_rank", "host", "ip", "pid",
                                                 "device", "threads"]))
             if args.check and cluster.size > 1:
