@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ddlstudy.analysis.validity import REPLAY_LAG_MAX, replay_lag, replay_lagged
+from ddlstudy.analysis.validity import REPLAY_LAG_MAX, host_paced, replay_lag, replay_lagged
 from ddlstudy.claims.base import usable
 
 
@@ -45,3 +45,10 @@ def test_the_bound_sits_between_on_time_and_lagged():
 def test_records_without_the_columns_are_not_judged():
     df = pd.DataFrame({"strategy": ["allreduce"], "workers": [1]})
     assert replay_lag(df).isna().all() and not replay_lagged(df).any()
+
+
+def test_host_paced_joins_cpu_bound_and_lagged_runs():
+    df = rows().assign(cpu_bound=[False, False, True, False, float("nan")])
+    assert host_paced(df).tolist() == [False, True, True, False, False]
+    assert host_paced(df.drop(columns="cpu_bound")).tolist() == [False, True, False, False, False]
+

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ddlstudy.analysis import stats
+from ddlstudy.strategies.registry import arm_label
 
 REPEATS, CHUNKS = "repeats", "timed chunks"
 UNIT_NOTE = {
@@ -28,6 +29,17 @@ UNIT_NOTE = {
 # `servers` keeps a PS with S = 3 server nodes apart from the same strategy with S = 1 (chapter
 # 03's testbed folders hold both) whenever a cell names its server count.
 IDENTITY = ("strategy", "model", "workers", "servers", "network")
+
+
+def label_arms(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with each parameter server whose server count is not its strategy's default under a
+    strategy name of its own (`ps_overlap (S = 3)`, strategies.registry.arm_label), so figures,
+    medians and speed-ups never pool runs of one server with runs of three. A view only: records
+    keep the registry's name and the `servers` column. Without `servers`: `df` unchanged."""
+    if "servers" not in df or df.empty:
+        return df
+    return df.assign(strategy=[arm_label(a, b) for a, b in zip(df["strategy"], df["servers"],
+                                                                 strict=True)])
 
 
 def chunk_rates(runs_root: Path) -> pd.DataFrame:

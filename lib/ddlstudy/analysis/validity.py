@@ -50,3 +50,12 @@ def replay_lag(df: pd.DataFrame) -> pd.Series:
 def replay_lagged(df: pd.DataFrame) -> pd.Series:
     """Per row: True where the replay lag is judged and above REPLAY_LAG_MAX."""
     return replay_lag(df).fillna(0.0) > REPLAY_LAG_MAX
+
+
+def host_paced(df: pd.DataFrame) -> pd.Series:
+    """Per row: True where the host, not the emulated cluster, set the run's pace (`cpu_bound`
+    or replay-lagged). The one filter verdicts, chapter 03's comparisons and the README's tables
+    share (the step model lists cpu_bound cells as skipped, with the reason)."""
+    bound = (df["cpu_bound"].fillna(False).astype(bool) if "cpu_bound" in df
+             else pd.Series(False, index=df.index))
+    return bound | replay_lagged(df)

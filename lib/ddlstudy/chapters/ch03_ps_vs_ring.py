@@ -18,13 +18,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ddlstudy.analysis import plots, stats, units
-from ddlstudy.analysis.validity import REPLAY_LAG_MAX, replay_lagged
+from ddlstudy.analysis.validity import REPLAY_LAG_MAX, host_paced, replay_lagged
 from ddlstudy.chapters.registry import get_chapter
 from ddlstudy.experiments import grid
 from ddlstudy.network.emulated import netem
 from ddlstudy.records import reference
 from ddlstudy.records import store as records
-from ddlstudy.strategies.registry import STRATEGIES, arm_label, arm_strategy
+from ddlstudy.strategies.registry import STRATEGIES, arm_strategy
 from ddlstudy.train.trainer import conditions
 
 CHAPTER = "03_ps_vs_ring"
@@ -210,15 +210,8 @@ def run(P: Any, p: Plan, out: Path) -> Result:
                   p.testbed.label if p.testbed else "")
 
 
-def arms(summary: pd.DataFrame) -> pd.DataFrame:
-    """The summary with each parameter server whose server count is not its strategy's default
-    shown as an arm of its own (`ps_overlap (S = 3)`), so the figures, medians and speed-ups
-    never pool runs of one server with runs of three. Only the chapter's view: summary.csv
-    keeps the registry's name and the `servers` column."""
-    if "servers" not in summary or summary.empty:
-        return summary
-    return summary.assign(strategy=[arm_label(a, b) for a, b in zip(
-        summary["strategy"], summary["servers"], strict=True)])
+# The chapter's view of its summary: a PS with a non-default server count as an arm of its own.
+arms = units.label_arms
 
 
 def throughput_figure(r: Result, model: str, out: Path) -> Figure:
@@ -275,7 +268,7 @@ def _ring_vs_ps(r: Result) -> list[str]:
     workers whose replayed clock lagged (analysis.validity) left out."""
     summary = r.summary
     lagged = replay_lagged(summary)
-    clean = summary[~summary["cpu_bound"] & ~lagged]
+    clean = summary[~host_paced(summary)]
     lines = []
     if summary["cpu_bound"].any():
         lines.append(f"{(summary['cpu_bound']).sum()} run(s) asked more of this host than its "
@@ -341,10 +334,7 @@ def best_vs_best(clean: pd.DataFrame, runs_root: Path) -> BestVsBest | None:
     else:
         return None
     best_ps, best_ring, ps, ring = picked
-    chunks = units.chunk_rates(runs_root)
-    if not chunks.empty and "servers" in chunks:
-        chunks = chunks.assign(strategy=[arm_label(a, b) for a, b in zip(
-            chunks["strategy"], chunks["servers"], strict=True)])
+    chunks = units.label_arms(units.chunk_rates(runs_root))
     (a, b), unit = units.cell_values(clean, chunks, [{"strategy": best_ring, "workers": n},
                                                      {"strategy": best_ps, "workers": n}])
     est = stats.ratio_ci(a, b, paired=unit == units.REPEATS and len(a) == len(b))

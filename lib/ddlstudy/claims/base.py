@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ddlstudy.analysis.validity import replay_lagged
+from ddlstudy.analysis.validity import host_paced
 
 Folders = dict[str, list[str]]
 EMULATED_03 = "03_ps_vs_ring-emulated"
@@ -145,9 +145,7 @@ def usable(df: pd.DataFrame) -> pd.DataFrame:
     if "error" in df:
         err = df["error"]
         df = df[~(err.notna() & (err.astype(str) != "") & (err.astype(str) != "nan"))]
-    if "cpu_bound" in df:  # the host, not the emulated link, set these cells' pace
-        df = df[~df["cpu_bound"].fillna(False).astype(bool)]
-    df = df[~replay_lagged(df)]  # the host, not the replayed device, set a lone worker's step
+    df = df[~host_paced(df)]  # cpu_bound or replay-lagged: the host set these runs' pace
     for key in ("repeat", "seed"):
         df = df.assign(**{key: df[key].fillna(0).astype(int) if key in df else 0})
     return df

@@ -21,27 +21,18 @@ from typing import Any
 import pandas as pd
 
 from ddlstudy.analysis.inference import MIN_RUNS
+from ddlstudy.analysis.units import label_arms
 from ddlstudy.chapters.registry import chapter_rows
 from ddlstudy.claims.base import usable
 from ddlstudy.records.reference import code_version
 from ddlstudy.records.store import project_root
 from ddlstudy.registry import markdown_table
 from ddlstudy.report import coverage
-from ddlstudy.strategies.registry import arm_label
 
 EMULATED_03 = "03_ps_vs_ring-emulated-"
 FIGURE = Path("docs/figures/reference-ps-vs-ring.png")
 _BLOCK = re.compile(
     r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- end:(?P=name) -->)", re.S)
-
-
-def _arms(df: pd.DataFrame) -> pd.DataFrame:
-    """Runs with a PS's non-default server count under a strategy name of their own
-    (`ps_overlap (S = 3)`), so a cell never pools them with the default's runs."""
-    if "servers" not in df or df.empty:
-        return df
-    return df.assign(strategy=[arm_label(a, b) for a, b in zip(df["strategy"], df["servers"],
-                                                                 strict=True)])
 
 
 def emulated_runs(ref: Path) -> pd.DataFrame:
@@ -52,7 +43,7 @@ def emulated_runs(ref: Path) -> pd.DataFrame:
     if not frames:
         raise FileNotFoundError(f"no {EMULATED_03}*/summary.csv under {ref}: run `make reference`")
     df = pd.concat(frames, ignore_index=True)
-    return _arms(usable(df))
+    return label_arms(usable(df))
 
 
 def reference_cells(ref: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -131,7 +122,7 @@ def testbed_answer(ref: Path, name: str = "shi2019") -> str:
     if not frames:
         return ""
     df = pd.concat(frames, ignore_index=True)
-    df = _arms(usable(df))
+    df = label_arms(usable(df))
     cells = (df.groupby(["model", "strategy", "workers"])["images_per_sec_cluster"]
                .agg(["median", "size"]))
     med = cells["median"]
@@ -261,7 +252,7 @@ def _fair_ps_runs(ref: Path) -> tuple[pd.DataFrame, Path] | None:
     folder = ref / f"{TESTBED_03}{name}-{model}"
     if not (folder / "summary.csv").exists():
         return None
-    return _arms(usable(pd.read_csv(folder / "summary.csv"))), folder
+    return label_arms(usable(pd.read_csv(folder / "summary.csv"))), folder
 
 
 def fair_ps_answer(ref: Path) -> str:
