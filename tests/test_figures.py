@@ -350,3 +350,19 @@ def test_speedup_without_a_one_worker_cell_says_so() -> None:
     keep = summary[(summary["workers"] > 1) | (summary["strategy"] == "allreduce")]
     fig = plots.speedup_vs_workers(keep, "speed-up")
     assert set(fig.ddlstudy_data["strategy"]) == {"allreduce"}
+
+
+def test_throughput_marks_cpu_bound_and_replay_lagged_runs_apart():
+    """Chapter 03's throughput figure shows every run but marks those no verdict reads: a
+    cpu_bound run (red x) and a lone replayed worker the host slowed (orange +)."""
+    df = _summary().assign(compute_mode="replay", replay_s=0.001, time_dilation=100.0)
+    lagged = (df["strategy"] == "allreduce") & (df["workers"] == 1) & (df["repeat"] == 1)
+    df.loc[lagged, "compute_s"] = 0.5  # 5x the replayed 0.1 s
+    fig = plots.throughput_with_excluded(df, "t")
+    labels = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts}
+    assert "CPU-bound (excluded)" in labels and "replay lag > 10% (excluded)" in labels
+    plt.close(fig)
+    clean = plots.throughput_with_excluded(df.assign(compute_s=0.1, cpu_bound=False), "t")
+    assert not any(ax.get_legend() and any("excluded" in t.get_text()
+                                            for t in ax.get_legend().texts) for ax in clean.axes)
+    plt.close(clean)

@@ -20,6 +20,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from ddlstudy.analysis import style
+from ddlstudy.analysis.validity import REPLAY_LAG_MAX, replay_lagged
 from ddlstudy.records.store import SPEEDUP_COLUMNS
 
 sns.set_theme(context="notebook", style="whitegrid")
@@ -438,17 +439,26 @@ def malik_batch(malik: pd.DataFrame, title: str = "") -> Figure:
 # ----------------------------------------------------------------------------- chapter 03
 def throughput_with_excluded(summary: pd.DataFrame, title: str = "",
                              flag: str = "cpu_bound") -> Figure:
-    """`throughput_vs_workers`, with the cells flagged `flag` (they asked more than the host
-    moves) marked by a red x: shown, but no verdict rests on them."""
+    """`throughput_vs_workers`, with the runs no verdict rests on marked: those flagged `flag`
+    (they asked more than the host moves) by a red x, lone replayed workers whose clock lagged
+    (`analysis.validity.replay_lagged`: the host set their step) by an orange +."""
     fig = throughput_vs_workers(summary, title)
     models = list(dict.fromkeys(summary["model"]))
+    marks = (("x", "red", f"{'CPU-bound' if flag == 'cpu_bound' else flag} (excluded)"),
+             ("P", "darkorange", f"replay lag > {REPLAY_LAG_MAX:.0%} (excluded)"))
     for ax, cells in zip(fig.axes, [summary[summary["model"] == m] for m in models],
                          strict=False):
-        bad = cells[cells[flag]]
-        if len(bad):
-            ax.scatter([sorted(cells["workers"].unique()).index(w) for w in bad["workers"]],
-                       bad["images_per_sec"], marker="x", s=90, color="red", zorder=5,
-                       label="CPU-bound (excluded)")
+        slots = sorted(cells["workers"].unique())
+        shown = False
+        for rows, (marker, colour, label) in zip(
+                (cells[flag].fillna(False).astype(bool), replay_lagged(cells)), marks,
+                strict=True):
+            bad = cells[rows]
+            if len(bad):
+                ax.scatter([slots.index(w) for w in bad["workers"]], bad["images_per_sec"],
+                           marker=marker, s=90, color=colour, zorder=5, label=label)
+                shown = True
+        if shown:
             ax.legend(loc="best", fontsize=8)
     return fig
 

@@ -277,7 +277,7 @@ def _ring_vs_ps(r: Result) -> list[str]:
     if lagged.any():
         lines.append(f"{int(lagged.sum())} one-worker run(s) took over {REPLAY_LAG_MAX:.0%} "
                      "longer than the replayed step (the host, not the replayed device, set "
-                     "their pace: analysis.validity): they are shown, not used below.")
+                     "their pace: analysis.validity, orange +): they are shown, not used below.")
     tops = clean.groupby("strategy")["workers"].max()
     if THESIS_PS in tops and THESIS_RING in tops:
         n = int(min(tops[THESIS_PS], tops[THESIS_RING]))
