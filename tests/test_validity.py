@@ -52,3 +52,23 @@ def test_host_paced_joins_cpu_bound_and_lagged_runs():
     assert host_paced(df).tolist() == [False, True, True, False, False]
     assert host_paced(df.drop(columns="cpu_bound")).tolist() == [False, True, False, False, False]
 
+
+
+def test_a_ratio_keeps_every_run_when_the_cells_ran_different_runs():
+    """Two cells' runs pair only when both ran the same runs (one sitting, interleaved); a
+    baseline that lost runs to the lag check, or was pooled from other sittings, is compared as
+    a group instead of shrinking to the runs whose numbers happen to match (Pani's 'one GPU
+    fastest' read '1 runs' on 5 + 5 usable runs)."""
+    from ddlstudy.analysis import inference
+    from ddlstudy.claims import ratio_of_runs
+
+    top = pd.Series([200.0, 202.0, 198.0, 201.0, 199.0], index=[0, 1, 2, 3, 4])
+    same = ratio_of_runs(top, pd.Series([100.0, 101.0, 99.0, 100.5, 99.5], index=top.index), 2)
+    assert set(same) == {"a"} and len(same["a"]) == 5
+    assert all(abs(v - 1.0) < 0.01 for v in same["a"])
+    other = pd.Series([100.0, 101.0, 99.0, 100.5, 99.5], index=[0, 5, 6, 7, 8])
+    apart = ratio_of_runs(top, other, 2)
+    assert len(apart["a"]) == 5 and len(apart["b"]) == 5
+    est = inference.verdict(apart["a"], apart["b"], kind="direction", no_effect=1.0,
+                            margin_low=1.0, margin_high=float("inf"))
+    assert est.runs == 5 and abs(est.value - 1.0) < 0.02

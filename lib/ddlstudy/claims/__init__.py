@@ -22,6 +22,7 @@ from ddlstudy.claims.base import (
     emulated_testbed_label,
     host_or_emulated,
     per_run,
+    ratio_of_runs,
     runs,
     side,
     values,
@@ -31,4 +32,5 @@ from ddlstudy.claims.registry import register_claim
 __all__ = ["EMULATED_03", "NOT_MEASURED", "REPRODUCTION", "SET_BY_CONFIG", "TESTBED_EMULATED",
            "TESTBED_HOST", "TESTBED_NONE", "UPDATE", "Claim", "Measurement", "Records",
            "by_testbed", "emulated_testbed_label",
-           "host_or_emulated", "per_run", "register_claim", "runs", "side", "values"]
+           "host_or_emulated", "per_run", "ratio_of_runs", "register_claim", "runs", "side",
+           "values"]

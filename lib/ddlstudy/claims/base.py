@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -223,6 +224,16 @@ def per_run(fn: Callable[..., pd.Series], *series: pd.Series) -> tuple[float, ..
     out = fn(*(s.loc[common] for s in series))
     vals = np.asarray(out, dtype=float)
     return tuple(float(v) for v in vals[np.isfinite(vals) & (vals > 0)])
+
+
+def ratio_of_runs(top: pd.Series, bottom: pd.Series, scale: float = 1.0) -> dict[str, Any]:
+    """`top / (scale x bottom)` as a Measurement's `a` (and `b`): per run where both cells ran
+    the same runs (`key` values: one ratio a pair), else two independent groups, so a cell
+    whose runs were pooled from other sittings, or lost one to a validity check, keeps every
+    run instead of the few whose numbers happen to match. In: per-run series (`runs`)."""
+    if set(top.index) == set(bottom.index):
+        return {"a": per_run(lambda x, y: x / (scale * y), top, bottom)}
+    return {"a": values(top), "b": values(bottom * scale)}
 
 
 def values(s: pd.Series) -> tuple[float, ...]:

@@ -185,11 +185,11 @@ def _times(pick: str | tuple[str, ...], pairs):  # noqa: ANN001, ANN202 - a meas
         counts = sorted(set(int(w) for w in part["workers"]))
         rows = []
         for a, b in pairs(counts, counts[-1]):
-            vals = per_run(lambda x, y: x / y, runs(part, "images_per_sec", workers=b),
-                           runs(part, "images_per_sec", workers=a))
+            got = claims.ratio_of_runs(runs(part, "images_per_sec", workers=b),
+                                       runs(part, "images_per_sec", workers=a))
             rows.append(Measurement(
                 f"{model}: ring training time for a fixed data set on {a} worker(s) / on {b} "
-                f"(images/sec at {b} / at {a})", vals, chapter=ch,
+                f"(images/sec at {b} / at {a})", **got, chapter=ch,
                 testbed=claims.TESTBED_EMULATED, source=rec.source(
                     ch, "emulated (shaped links, H100 compute replayed; Pani: GPUs of one "
                     "server, no network named)")))

@@ -27,6 +27,7 @@ from ddlstudy.claims import (
     Measurement,
     Records,
     per_run,
+    ratio_of_runs,
     register_claim,
     runs,
     side,
@@ -136,11 +137,11 @@ def _scaling(rec: Records, strategy: str, lo_of: str) -> list[Measurement]:
             hi_r = runs(part, RATE, workers=top)
             lo_r = runs(part, RATE, workers=lo)
             scale = top / lo if lo_of == "1" else 1.0
-            vals = per_run(lambda h, low, s=scale: h / (s * low), hi_r, lo_r)
+            got = ratio_of_runs(hi_r, lo_r, scale)
             label = (f"{model}: {strategy} images/sec at {top} workers / ({top} x at 1)"
                      if lo_of == "1" else
                      f"{model}: {strategy} images/sec at {top} workers / at {lo}")
-            rows.append(Measurement(label, vals, source=rec.source(ch, src), testbed=bed,
+            rows.append(Measurement(label, **got, source=rec.source(ch, src), testbed=bed,
                                     chapter=ch, column=col, ratio=_ratio(part, strategy, top)))
     return rows
 
