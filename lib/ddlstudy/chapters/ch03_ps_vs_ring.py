@@ -198,14 +198,8 @@ def run(P: Any, p: Plan, out: Path) -> Result:
         configs = [c.__class__(**{**c.to_dict(), "time_dilation": float(
             summary["time_dilation"].iloc[0])}) for c in configs]
         runs_root = reference.reference_dir() / p.reference_name / "runs"
-    failed = summary[summary["error"].fillna("").astype(str) != ""]
-    assert failed.empty, (f"runs failed: "
-                          f"{failed[['strategy', 'workers', 'error']].to_dict('records')}")
-    records.write_table(summary, out, "summary")
-    summary = plots.add_speedup(arms(summary))
-    if "cpu_bound" not in summary:
-        summary["cpu_bound"] = False
-    summary["cpu_bound"] = summary["cpu_bound"].fillna(False).astype(bool)
+    summary = plots.add_speedup(arms(records.write_grid_summary(summary, out,
+                                                                ["strategy", "workers"])))
     return Result(summary, engines, net, configs, runs_root, ref_label,
                   p.testbed.label if p.testbed else "")
 

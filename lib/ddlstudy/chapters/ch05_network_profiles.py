@@ -115,14 +115,9 @@ def run(S: Network) -> pd.DataFrame:
             frames.append(plots.add_speedup(part))
     else:
         frames = _from_reference(S)
-    summary = pd.concat(frames, ignore_index=True)
-    summary["cpu_bound"] = (summary["cpu_bound"].fillna(False).astype(bool)
-                            if "cpu_bound" in summary else False)
+    summary = records.write_grid_summary(pd.concat(frames, ignore_index=True), S.out,
+                                         ["profile", "workers"])
     S.summary = summary
-    records.write_table(summary, S.out, "summary")
-    failed = summary[summary["error"].fillna("").astype(str) != ""]
-    assert failed.empty, ("runs failed: "
-                          f"{failed[['profile', 'workers', 'error']].to_dict('records')}")
     return summary[SUMMARY_VIEW]
 
 

@@ -89,14 +89,9 @@ def run(S: Frameworks) -> pd.DataFrame:
         scale=P.network.scale, offload_off=not P.network.offload,
         start_timeout_s=P.cluster.start_timeout_s,
         collective_timeout_s=P.cluster.collective_timeout_s) for profile in S.profiles]
-    summary = pd.concat(frames, ignore_index=True)
-    summary["cpu_bound"] = (summary["cpu_bound"].fillna(False).astype(bool)
-                            if "cpu_bound" in summary else False)
+    summary = records.write_grid_summary(pd.concat(frames, ignore_index=True), S.out,
+                                         ["profile", "strategy", "workers"])
     S.summary = summary
-    records.write_table(summary, S.out, "summary")
-    failed = summary[summary["error"].fillna("").astype(str) != ""]
-    assert failed.empty, ("runs failed: " + str(
-        failed[["profile", "strategy", "workers", "error"]].to_dict("records")))
     S.scaled = compare.scaling(summary[~summary["cpu_bound"]])
     records.write_table(S.scaled, S.out, "scaling")
     return S.scaled[SCALING_VIEW]

@@ -13,6 +13,7 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,19 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str) -> Path:
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)
     return path
+
+
+def write_grid_summary(summary: pd.DataFrame, out_dir: str | Path,
+                       keys: Sequence[str]) -> pd.DataFrame:
+    """A grid chapter's summary with `cpu_bound` a bool column (False where a run lacks it),
+    written as summary.csv before anything is checked, so a failed run's row is kept. Raises
+    AssertionError naming the failed runs by `keys` and their error."""
+    summary = summary.assign(cpu_bound=summary["cpu_bound"].fillna(False).astype(bool)
+                             if "cpu_bound" in summary else False)
+    write_table(summary, out_dir, "summary")
+    failed = summary[summary["error"].fillna("").astype(str) != ""]
+    assert failed.empty, f"runs failed: {failed[[*keys, 'error']].to_dict('records')}"
+    return summary
 
 
 def read_table(out_dir: str | Path, name: str) -> pd.DataFrame:

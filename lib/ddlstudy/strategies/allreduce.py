@@ -64,6 +64,8 @@ class BucketHooks:
     _where: dict[int, tuple[_Bucket, int]]
     _next: int
     _todo: queue.Queue
+    _done: queue.Queue
+    timeout_s: float
     overlap: bool = True
 
     def _on_grad(self, p: torch.Tensor) -> None:
@@ -91,6 +93,18 @@ class BucketHooks:
                         bucket.buf[a:b].zero_()
             self._todo.put(bucket)
             self._next += 1
+
+    def _await_done(self, count: int, what: str) -> None:
+        """Wait for `count` reports from the communication thread (each None or the exception
+        it hit, raised here); TimeoutError naming `what` past the transport's timeout + 30 s."""
+        wait = self.timeout_s + 30
+        for _ in range(count):
+            try:
+                err = self._done.get(timeout=wait)
+            except queue.Empty:
+                raise TimeoutError(f"{what} not done within {wait:g} s") from None
+            if err is not None:
+                raise err
 
 
 class AllReduce(BucketHooks, Strategy):
@@ -165,14 +179,7 @@ class AllReduce(BucketHooks, Strategy):
         t1 = time.perf_counter()
         if self.overlap:
             self._launch_ready(force=True)
-            for _ in self.buckets:
-                try:
-                    err = self._done.get(timeout=self.timeout_s + 30)
-                except queue.Empty:
-                    raise TimeoutError(f"allreduce: buckets not reduced within "
-                                       f"{self.timeout_s + 30:g} s") from None
-                if err is not None:
-                    raise err
+            self._await_done(len(self.buckets), "allreduce: bucket reductions")
         else:
             for bucket in self.buckets:
                 self._reduce(bucket)

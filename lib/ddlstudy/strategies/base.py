@@ -119,6 +119,18 @@ def _wait(works: Sequence[Any], timeout_s: float, what: str) -> None:
                                f"is stuck): {err}") from None
 
 
+def chunk_over(kinds: Sequence[int], stop: int, rank: int) -> bool:
+    """A parameter server's view of one round of worker headers: True when every worker sent
+    `stop` (the chunk ended), False when none did; RuntimeError when only some did (workers
+    ran different numbers of steps)."""
+    if all(k == stop for k in kinds):
+        return True
+    if any(k == stop for k in kinds):
+        raise RuntimeError(f"server {rank}: workers out of step (kinds {list(kinds)}): "
+                           "every worker must run the same number of steps")
+    return False
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 

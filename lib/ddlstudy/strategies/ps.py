@@ -30,7 +30,14 @@ import torch
 from torch import nn
 
 from ddlstudy.collectives.device import any_source_ok, group_backend, group_meta_device
-from ddlstudy.strategies.base import StepStats, Strategy, _nbytes, _wait, flat_params
+from ddlstudy.strategies.base import (
+    StepStats,
+    Strategy,
+    _nbytes,
+    _wait,
+    chunk_over,
+    flat_params,
+)
 
 # PS message kinds and tags.
 GRAD, STOP = 1, 2
@@ -175,11 +182,8 @@ class ParameterServer(Strategy):
             _wait([dist.irecv(hdrs[w], w, tag=TAG_PUSH_HDR) for w in range(n)], self.timeout_s,
                   f"server {self.rank} waiting for pushes")
             kinds = [int(h[0]) for h in hdrs]
-            if all(k == STOP for k in kinds):
+            if chunk_over(kinds, STOP, self.rank):
                 return rows
-            if any(k == STOP for k in kinds):
-                raise RuntimeError(f"server {self.rank}: workers out of step (kinds {kinds}): "
-                                   "every worker must run the same number of steps")
             t1 = time.perf_counter()
             _wait([dist.irecv(self.gbufs[w], w, tag=TAG_PUSH) for w in range(n)], self.timeout_s,
                   f"server {self.rank} receiving gradients")

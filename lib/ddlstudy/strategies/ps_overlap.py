@@ -38,7 +38,7 @@ from torch import nn
 from ddlstudy.collectives.common import Comm, bounds
 from ddlstudy.collectives.transports import DistTransport, Handle
 from ddlstudy.strategies.allreduce import BucketHooks, _Bucket, make_buckets
-from ddlstudy.strategies.base import StepStats, Strategy
+from ddlstudy.strategies.base import StepStats, Strategy, chunk_over
 
 GRAD, STOP = 1, 2
 HEADER_BYTES = 2 * 8
@@ -194,13 +194,7 @@ class PSOverlap(BucketHooks, Strategy):
         loss = self._forward_backward(self.model, x, y)
         t1 = time.perf_counter()
         self._launch_ready(force=True)
-        try:
-            err = self._done.get(timeout=self.timeout_s + 30)
-        except queue.Empty:
-            raise TimeoutError(f"{self.name}: pushes/pulls not done within "
-                               f"{self.timeout_s + 30:g} s") from None
-        if err is not None:
-            raise err
+        self._await_done(1, f"{self.name}: pushes/pulls")
         t2 = time.perf_counter()
         with torch.no_grad():
             for bucket, wbuf in zip(self.buckets, self.wbufs, strict=True):
@@ -231,11 +225,8 @@ class PSOverlap(BucketHooks, Strategy):
             sent0, recv0 = c.traffic.sent_bytes, c.traffic.recv_bytes
             c.wait_all([c.irecv(hdrs[w], w, tag=TAG_HDR) for w in range(n)])
             kinds = [int(h[0]) for h in hdrs]
-            if all(k == STOP for k in kinds):
+            if chunk_over(kinds, STOP, self.rank):
                 return rows
-            if any(k == STOP for k in kinds):
-                raise RuntimeError(f"server {self.rank}: workers out of step (kinds {kinds}): "
-                                   "every worker must run the same number of steps")
             t1 = time.perf_counter()
             recvs = [[c.irecv(self.rbufs[i][w], w, tag=TAG_PUSH + i) for w in range(n)]
                      for i in range(len(self.buckets))]
