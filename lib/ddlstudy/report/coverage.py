@@ -80,7 +80,7 @@ class Grid:
 GRIDS = (
     Grid("Shi 2019", "shi2019", _models("shi2019"), ("ps_sync", "allreduce"), (1, 3, 6),
          "params/reference-shi-ps-models.yaml / -ring-models.yaml, one model a last layer "
-         "(e.g. reference-shi-ps-vgg19.yaml; params/plans/issue21.yaml)"),
+         "(e.g. reference-shi-ps-vgg19.yaml)"),
     Grid("Shi 2019 (fair PS, S = 1 overlapped)", "shi2019", ("resnet50",), ("ps_overlap",),
          (3, 6), "params/reference-fairps.yaml", servers=1),
     Grid("Shi 2019 (fair PS, S = N co-located)", "shi2019", ("resnet50",), ("ps_colocated",),
