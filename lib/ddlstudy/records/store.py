@@ -151,10 +151,13 @@ def write_grid_summary(summary: pd.DataFrame, out_dir: str | Path,
     """A grid chapter's summary with `cpu_bound` a bool column (False where a run lacks it),
     written as summary.csv before anything is checked, so a failed run's row is kept. Raises
     AssertionError naming the failed runs by `keys` and their error."""
-    summary = summary.assign(cpu_bound=summary["cpu_bound"].fillna(False).astype(bool)
+    # eq(True), not fillna(False): a column of missing values is float, which pandas will not
+    # fill with a bool
+    summary = summary.assign(cpu_bound=summary["cpu_bound"].eq(True)
                              if "cpu_bound" in summary else False)
     write_table(summary, out_dir, "summary")
-    failed = summary[summary["error"].fillna("").astype(str) != ""]
+    err = summary["error"]
+    failed = summary[err.notna() & (err.astype(str) != "")]
     assert failed.empty, f"runs failed: {failed[[*keys, 'error']].to_dict('records')}"
     return summary
 
