@@ -451,7 +451,7 @@ def throughput_with_excluded(summary: pd.DataFrame, title: str = "",
         slots = sorted(cells["workers"].unique())
         shown = False
         for rows, (marker, colour, label) in zip(
-                (cells[flag].fillna(False).astype(bool), replay_lagged(cells)), marks,
+                (cells[flag].eq(True), replay_lagged(cells)), marks,
                 strict=True):
             bad = cells[rows]
             if len(bad):

@@ -56,6 +56,7 @@ def host_paced(df: pd.DataFrame) -> pd.Series:
     """Per row: True where the host, not the emulated cluster, set the run's pace (`cpu_bound`
     or replay-lagged). The one filter verdicts, chapter 03's comparisons and the README's tables
     share (the step model lists cpu_bound cells as skipped, with the reason)."""
-    bound = (df["cpu_bound"].fillna(False).astype(bool) if "cpu_bound" in df
-             else pd.Series(False, index=df.index))
+    # eq(True), as records.store.write_grid_summary: pandas will not fill a float column (every
+    # value missing) with a bool
+    bound = df["cpu_bound"].eq(True) if "cpu_bound" in df else pd.Series(False, index=df.index)
     return bound | replay_lagged(df)
