@@ -76,22 +76,31 @@ def test_cleanup_stops_only_clusters_whose_owner_died(tmp_path: Path) -> None:
 def test_pid_reuse_is_not_a_match() -> None:
     stamp = cl._stamp(os.getpid())
     assert stamp is not None and cl._matches(stamp) is not None
-    assert cl._matches({**stamp, "create_time": stamp["create_time"] - 100}) is None
+    reused = {**stamp, "create_time": stamp["create_time"] - 100}  # another process, same pid
+    if "start_ticks" in stamp:
+        reused["start_ticks"] = stamp["start_ticks"] - 10_000
+    assert cl._matches(reused) is None
 
 
-def _cluster_record(owner_pid: int, deadline: float) -> tuple[Path, dict]:
-    """The pids.json of the cluster `owner_pid` started, once it names every rank's pid."""
+def _cluster_record(owner: subprocess.Popen[str], deadline: float) -> tuple[Path, dict]:
+    """The pids.json of the cluster run `owner` started, once it names every rank's pid; a run
+    that ended first fails the test with its own last words (not a wait for a folder that its
+    exit removed)."""
     root = cl.clusters_dir()
     while time.monotonic() < deadline:
-        for folder in root.glob(f"{owner_pid}-*"):
+        for folder in root.glob(f"{owner.pid}-*"):
             try:
                 record = json.loads((folder / "pids.json").read_text())
             except (OSError, ValueError):
                 continue
             if record.get("rank_pids"):
                 return folder, record
+        if owner.poll() is not None:
+            _, err = owner.communicate()
+            raise AssertionError(f"run {owner.pid} ended (exit {owner.returncode}) before its "
+                                 f"cluster recorded its ranks: {err[-2000:]}")
         time.sleep(0.2)
-    raise AssertionError(f"no cluster record of pid {owner_pid} appeared")
+    raise AssertionError(f"no cluster record of pid {owner.pid} appeared")
 
 
 def _alive_of(record: dict) -> list[int]:
@@ -140,7 +149,7 @@ def _kill_ranks_mid_run(cases: list[tuple[str, int]], tmp_path: Path) -> None:
 
 
 def _kill_and_check(proc: subprocess.Popen[str], rank: int, out: Path) -> None:
-    folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
+    folder, record = _cluster_record(proc, time.monotonic() + 180)
     _wait_until_stepping(proc, time.monotonic() + 300)
     assert proc.poll() is None, proc.communicate()
     victim = record["rank_pids"][rank]
@@ -174,7 +183,7 @@ def test_sigkill_any_rank_any_strategy(strategy: str, rank: int, tmp_path: Path)
 def test_signal_to_train_stops_engines(sig: signal.Signals, tmp_path: Path) -> None:
     proc = _train("allreduce", tmp_path / "run")
     try:
-        folder, record = _cluster_record(proc.pid, time.monotonic() + 180)
+        folder, record = _cluster_record(proc, time.monotonic() + 180)
         _wait_until_stepping(proc, time.monotonic() + 300)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from ddlstudy.records.lock import LOCK_NAME
 
@@ -80,27 +82,40 @@ def _ci_params(repo_root: Path) -> list[str]:
             "--params", str(repo_root / "params/ci.yaml")]
 
 
+@pytest.fixture
+def runner_here(monkeypatch):
+    """The report runner's main, run in this process: what it sets for its kernels (the owner
+    list in the environment, its signal handlers) is put back after the test, so later tests'
+    runs do not inherit this test's runner as their owner."""
+    from ddlstudy.cluster.engines import HANDLED_SIGNALS, OWNER_ENV
+    from ddlstudy.report import runner
+
+    monkeypatch.delenv(OWNER_ENV, raising=False)
+    handlers = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+    yield runner.main
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
 def test_report_on_a_held_folder_is_refused_naming_the_owner(
-        tmp_path: Path, repo_root: Path, capsys) -> None:
+        tmp_path: Path, repo_root: Path, capsys, runner_here) -> None:
     """A second report (or reference) on a run folder stops before any chapter, in one line."""
     from ddlstudy.records.lock import OutputLock
-    from ddlstudy.report import runner
 
     out = tmp_path / "run"
     with OutputLock(out, "report (the first)"):
-        code = runner.main([*_ci_params(repo_root), "--out", str(out)])
+        code = runner_here([*_ci_params(repo_root), "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"in use by pid {os.getpid()}" in err and "report (the first)" in err
     assert sorted(p.name for p in out.iterdir()) == []  # nothing written, no chapter ran
 
 
-def test_report_on_a_file_is_one_line(tmp_path: Path, repo_root: Path, capsys) -> None:
-    from ddlstudy.report import runner
-
+def test_report_on_a_file_is_one_line(tmp_path: Path, repo_root: Path, capsys,
+                                      runner_here) -> None:
     afile = tmp_path / "file"
     afile.write_text("x")
-    code = runner.main([*_ci_params(repo_root), "--out", str(afile / "run")])
+    code = runner_here([*_ci_params(repo_root), "--out", str(afile / "run")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "cannot write" in err, err
 

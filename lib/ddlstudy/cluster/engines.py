@@ -64,6 +64,7 @@ from ddlstudy.cluster.launchers import (
     interface_ipv4,
     launch_spec,
 )
+from ddlstudy.host import identity
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ DEFAULT_START_TIMEOUT_S = 120.0
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 POLL_S = 0.05  # how often the driver looks at pending ranks and engine pids
-OWNER_ENV = "DDLSTUDY_OWNER_PIDS"  # "pid:create_time,..." of runners whose death orphans a cluster
+OWNER_ENV = "DDLSTUDY_OWNER_PIDS"  # identity.encode stamps of runners whose death orphans a cluster
 # A local cluster's engines talk over loopback unless their environment says otherwise.
 LOCAL_ENGINE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "DDLSTUDY_HOST_IP": "127.0.0.1"}
 
@@ -894,10 +895,7 @@ def clusters_dir(ipythondir: str | None = None) -> Path:
 
 
 def _stamp(pid: int) -> dict[str, Any] | None:
-    try:
-        return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
-    except psutil.NoSuchProcess:
-        return None
+    return identity.stamp(pid)
 
 
 def _stamped(pids: set[int]) -> list[dict[str, Any]]:
@@ -908,30 +906,20 @@ def _owners() -> list[dict[str, Any]]:
     """This process, and the runners named in DDLSTUDY_OWNER_PIDS (e.g. the report runner a
     notebook kernel runs under): if any of them dies, the cluster is an orphan."""
     owners = [_stamp(os.getpid())]
-    for item in os.environ.get(OWNER_ENV, "").split(","):
-        pid, _, created = item.partition(":")
-        if pid.isdigit():
-            owners.append({"pid": int(pid), "create_time": float(created or 0)})
+    owners += [identity.decode(item) for item in os.environ.get(OWNER_ENV, "").split(",")]
     return [o for o in owners if o is not None]
 
 
 def owner_env() -> dict[str, str]:
     """DDLSTUDY_OWNER_PIDS for children (kernels) whose clusters must die with this process."""
-    mine = _stamp(os.getpid()) or {"pid": os.getpid(), "create_time": 0}
     items = [x for x in os.environ.get(OWNER_ENV, "").split(",") if x]
-    items.append(f"{mine['pid']}:{mine['create_time']}")
+    items.append(identity.encode(identity.mine()))
     return {OWNER_ENV: ",".join(items)}
 
 
 def _matches(stamp: dict[str, Any]) -> psutil.Process | None:
-    """The process of a recorded stamp if it still runs (same pid AND start time), else None."""
-    try:
-        proc = psutil.Process(int(stamp["pid"]))
-        same = abs(proc.create_time() - float(stamp.get("create_time") or 0)) < 0.01
-        alive = proc.status() != psutil.STATUS_ZOMBIE
-        return proc if same and alive else None
-    except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
-        return None
+    """The process of a recorded stamp if it still runs (same pid AND start), else None."""
+    return identity.matches(stamp)
 
 
 def _alive(pid: int) -> bool:

@@ -333,7 +333,7 @@ class Descendants:
         import threading
 
         self.every_s = every_s
-        self.seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> last seen
+        self.seen: dict[str, tuple[dict, float]] = {}  # identity.encode -> (stamp, last seen)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="descendants", daemon=True)
         self._thread.start()
@@ -341,16 +341,16 @@ class Descendants:
     def sample(self) -> None:
         import psutil
 
+        from ddlstudy.host import identity
+
         now = time.monotonic()
         try:
             kids = psutil.Process().children(recursive=True)
         except psutil.Error:
             return
         for kid in kids:
-            try:
-                self.seen[(kid.pid, kid.create_time())] = now
-            except psutil.Error:
-                continue
+            if (st := identity.stamp(kid.pid)) is not None:
+                self.seen[identity.encode(st)] = (st, now)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -361,20 +361,11 @@ class Descendants:
 
     def ended(self, within_s: float) -> int:
         """How many processes seen in the last `within_s` seconds have ended since."""
-        import psutil
+        from ddlstudy.host import identity
 
         cutoff = time.monotonic() - within_s
-        gone = 0
-        for (pid, created), last in list(self.seen.items()):
-            if last < cutoff:
-                continue
-            try:
-                proc = psutil.Process(pid)
-                alive = proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                alive = False
-            gone += not alive
-        return gone
+        return sum(identity.matches(st) is None
+                   for st, last in list(self.seen.values()) if last >= cutoff)
 
 
 def _stop_on_signal(err: BaseException, watch: Descendants | None = None) -> int:

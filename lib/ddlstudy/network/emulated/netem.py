@@ -66,6 +66,7 @@ from typing import Any
 
 import psutil
 
+from ddlstudy.host import identity
 from ddlstudy.network.profiles import HEADER_BYTES, MTU, PROFILES, UNSHAPED, Profile  # noqa: F401
 
 PREFIX = "ddls"
@@ -255,11 +256,11 @@ def _state_file(run_id: str) -> Path:
 def _owner_alive(run_id: str) -> bool:
     try:
         state = json.loads(_state_file(run_id).read_text())
-        proc = psutil.Process(int(state["pid"]))
-        return (abs(proc.create_time() - float(state["pid_create_time"])) < 1.0
-                and proc.status() != psutil.STATUS_ZOMBIE)
-    except (OSError, ValueError, KeyError, psutil.Error):
+        owner = state.get("owner") or {"pid": state["pid"],
+                                        "create_time": state["pid_create_time"]}
+    except (OSError, ValueError, KeyError, AttributeError):
         return False
+    return identity.matches(owner) is not None
 
 
 def _our_objects() -> dict[str, dict[str, list[str]]]:
@@ -478,14 +479,15 @@ class EmulatedNetwork:
         while self.run_id in taken:  # another live run has this id: down() must not touch it
             self._name(secrets.token_hex(2))
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        me = psutil.Process()
+        me = identity.mine()
         self.subnet = _free_subnet()
         hosts = list(self.subnet.hosts())
         self.bridge_ip = str(hosts[0])
         self.ips = [str(hosts[i + 1]) for i in range(self.n_nodes)]
         # Written first: a crash half-way still leaves a record that cleanup_all can act on.
         _state_file(self.run_id).write_text(json.dumps(
-            {"pid": me.pid, "pid_create_time": me.create_time(), **self.describe()}))
+            {"pid": me["pid"], "pid_create_time": me["create_time"], "owner": me,
+             **self.describe()}))
         atexit.register(self.down)
         self.is_up = True
         try:
