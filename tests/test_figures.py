@@ -358,9 +358,18 @@ def test_throughput_marks_cpu_bound_and_replay_lagged_runs_apart():
     df = _summary().assign(compute_mode="replay", replay_s=0.001, time_dilation=100.0)
     lagged = (df["strategy"] == "allreduce") & (df["workers"] == 1) & (df["repeat"] == 1)
     df.loc[lagged, "compute_s"] = 0.5  # 5x the replayed 0.1 s
+    df.loc[lagged, "images_per_sec"] = 10.0  # the lagged run's median with the clean one: 55
     fig = plots.throughput_with_excluded(df, "t")
     labels = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts}
     assert "CPU-bound (excluded)" in labels and "replay lag > 10% (excluded)" in labels
+    # the medians are those of the runs the verdicts read; the figure's data keeps every run
+    medians = {line.get_color(): line.get_ydata() for line in fig.axes[0].lines
+               if line.get_marker() == "o"}
+    assert len(medians) == 2
+    assert sorted(round(float(y[0]), 3) for y in medians.values()) == [100.0, 100.5]
+    assert sum(np.isnan(y[2]) for y in medians.values()) == 1  # every 4-worker PS run is CPU-bound
+    assert fig.ddlstudy_data["excluded"].sum() == lagged.sum() + df["cpu_bound"].sum()
+    assert len(fig.ddlstudy_data) == len(df)
     plt.close(fig)
     clean = plots.throughput_with_excluded(df.assign(compute_s=0.1, cpu_bound=False), "t")
     assert not any(ax.get_legend() and any("excluded" in t.get_text()

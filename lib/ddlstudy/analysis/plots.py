@@ -138,11 +138,13 @@ def p2p_bandwidth(df: pd.DataFrame, title: str = "") -> Figure:
     return style.finish(fig, df, "measured")
 
 
-def throughput_vs_workers(summary: pd.DataFrame, title: str = "") -> Figure:
+def throughput_vs_workers(summary: pd.DataFrame, title: str = "",
+                          order: list[int] | None = None) -> Figure:
     """Shi 2019 Figs 4.1/4.2: images/sec vs worker count, PS and ring in one panel per model
-    (strategy colours from analysis.style)."""
+    (strategy colours from analysis.style); `order`: the worker counts on the x axis (default:
+    those with a value)."""
     grid = sns.catplot(data=summary, x="workers", y="images_per_sec", hue="strategy",
-                       col="model", kind="point", height=3.6, aspect=1.1,
+                       col="model", kind="point", height=3.6, aspect=1.1, order=order,
                        palette=style.palette(summary["strategy"]), **MEDIAN_CI)
     grid.set_axis_labels("workers", "images / sec (all workers)")
     grid.set_titles("{col_name}")
@@ -439,28 +441,31 @@ def malik_batch(malik: pd.DataFrame, title: str = "") -> Figure:
 # ----------------------------------------------------------------------------- chapter 03
 def throughput_with_excluded(summary: pd.DataFrame, title: str = "",
                              flag: str = "cpu_bound") -> Figure:
-    """`throughput_vs_workers`, with the runs no verdict rests on marked: those flagged `flag`
-    (they asked more than the host moves) by a red x, lone replayed workers whose clock lagged
-    (`analysis.validity.replay_lagged`: the host set their step) by an orange +."""
-    fig = throughput_vs_workers(summary, title)
+    """`throughput_vs_workers` over the runs the verdicts read, with the others marked where
+    they fell: runs flagged `flag` (they asked more than the host moves) by a red x, lone
+    replayed workers whose clock lagged (`analysis.validity.replay_lagged`: the host set their
+    step) by an orange +. Medians and intervals leave the marked runs out, as the comparisons
+    do; the figure's data (its csv) keeps every run, with an `excluded` column."""
+    bad = {"cpu": summary[flag].eq(True), "lag": replay_lagged(summary)}
+    excluded = bad["cpu"] | bad["lag"]
+    slots = sorted(summary["workers"].unique())
+    fig = throughput_vs_workers(
+        summary.assign(images_per_sec=summary["images_per_sec"].where(~excluded)), title,
+        order=slots)
+    marks = {"cpu": ("x", "red", f"{'CPU-bound' if flag == 'cpu_bound' else flag} (excluded)"),
+             "lag": ("P", "darkorange", f"replay lag > {REPLAY_LAG_MAX:.0%} (excluded)")}
     models = list(dict.fromkeys(summary["model"]))
-    marks = (("x", "red", f"{'CPU-bound' if flag == 'cpu_bound' else flag} (excluded)"),
-             ("P", "darkorange", f"replay lag > {REPLAY_LAG_MAX:.0%} (excluded)"))
-    for ax, cells in zip(fig.axes, [summary[summary["model"] == m] for m in models],
-                         strict=False):
-        slots = sorted(cells["workers"].unique())
+    for ax, model in zip(fig.axes, models, strict=False):
         shown = False
-        for rows, (marker, colour, label) in zip(
-                (cells[flag].eq(True), replay_lagged(cells)), marks,
-                strict=True):
-            bad = cells[rows]
-            if len(bad):
-                ax.scatter([slots.index(w) for w in bad["workers"]], bad["images_per_sec"],
+        for key, (marker, colour, label) in marks.items():
+            rows = summary[bad[key] & (summary["model"] == model)]
+            if len(rows):
+                ax.scatter([slots.index(w) for w in rows["workers"]], rows["images_per_sec"],
                            marker=marker, s=90, color=colour, zorder=5, label=label)
                 shown = True
         if shown:
             ax.legend(loc="best", fontsize=8)
-    return fig
+    return style.finish(fig, summary.assign(excluded=excluded), "measured")
 
 
 # ----------------------------------------------------------------------------- chapter 08

@@ -266,12 +266,13 @@ def _ring_vs_ps(r: Result) -> list[str]:
     lines = []
     if summary["cpu_bound"].any():
         lines.append(f"{(summary['cpu_bound']).sum()} run(s) asked more of this host than its "
-                     "measured aggregate link ceiling (`cpu_bound`, red x): they are shown, not "
-                     "used for the comparison below.")
+                     "measured aggregate link ceiling (`cpu_bound`, red x): they are shown, left "
+                     "out of the figure's medians and of the comparison below.")
     if lagged.any():
         lines.append(f"{int(lagged.sum())} one-worker run(s) took over {REPLAY_LAG_MAX:.0%} "
                      "longer than the replayed step (the host, not the replayed device, set "
-                     "their pace: analysis.validity, orange +): they are shown, not used below.")
+                     "their pace: analysis.validity, orange +): they are shown, left out of the "
+                     "medians and below.")
     tops = clean.groupby("strategy")["workers"].max()
     if THESIS_PS in tops and THESIS_RING in tops:
         n = int(min(tops[THESIS_PS], tops[THESIS_RING]))
