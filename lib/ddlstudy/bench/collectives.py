@@ -24,6 +24,7 @@ import pandas as pd
 from ddlstudy import collectives as coll
 from ddlstudy.cluster.engines import pingpong
 from ddlstudy.config import params
+from ddlstudy.records.store import failed_runs as failed  # cells whose run raised
 
 COLUMNS = ["algorithm", "ranks", "size_bytes", "count", "dtype", "op", "time_p50_s", "time_min_s",
            "time_max_s", "algbw_GBps", "busbw_GBps", "wrong", "max_abs_err", "sent_bytes",
@@ -232,14 +233,6 @@ def repeat_summary(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["algorithm", "ranks", "size_bytes", "time_p50_s",
                                      "time_p50_s_ci_low", "time_p50_s_ci_high", "repeats"])
     return stats.summarize(ok, ["algorithm", "ranks", "size_bytes"], "time_p50_s")
-
-
-def failed(df: pd.DataFrame) -> pd.Series:
-    """Rows whose cell raised (error text set); CSV round-trips turn '' into NaN."""
-    if "error" not in df:
-        return pd.Series(False, index=df.index)
-    err = df["error"]
-    return err.notna() & (err.astype(str) != "")
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

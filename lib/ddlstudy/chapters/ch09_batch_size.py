@@ -21,6 +21,7 @@ from ddlstudy.experiments import dynamics
 from ddlstudy.experiments.grid import dilate, emulated_cluster, engine_data_root
 from ddlstudy.network.emulated import netem
 from ddlstudy.records import store as records
+from ddlstudy.records.store import failed_runs
 from ddlstudy.train.trainer import TrainConfig
 
 NAME = "09_batch_size"
@@ -236,10 +237,9 @@ def _table(W: Sweep, name: str) -> pd.DataFrame:
     df = pd.read_csv(path) if path.exists() else pd.DataFrame()
     if df.empty:
         return df
-    if "error" in df:
-        df = df[~(df["error"].notna() & (df["error"].astype(str) != ""))]
+    df = df[~failed_runs(df)]
     if "cpu_bound" in df:
-        df = df[~df["cpu_bound"].fillna(False).astype(bool)]
+        df = df[~df["cpu_bound"].eq(True)]
     return df
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ddlstudy.analysis.validity import host_paced
+from ddlstudy.records.store import failed_runs
 
 Folders = dict[str, list[str]]
 EMULATED_03 = "03_ps_vs_ring-emulated"
@@ -143,9 +144,7 @@ def usable(df: pd.DataFrame) -> pd.DataFrame:
     integer `repeat` and `seed`."""
     if df.empty:
         return df
-    if "error" in df:
-        err = df["error"]
-        df = df[~(err.notna() & (err.astype(str) != "") & (err.astype(str) != "nan"))]
+    df = df[~failed_runs(df)]
     df = df[~host_paced(df)]  # cpu_bound or replay-lagged: the host set these runs' pace
     for key in ("repeat", "seed"):
         df = df.assign(**{key: df[key].fillna(0).astype(int) if key in df else 0})

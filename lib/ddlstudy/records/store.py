@@ -146,6 +146,16 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str) -> Path:
     return path
 
 
+def failed_runs(df: pd.DataFrame) -> pd.Series:
+    """Rows whose run raised: `error` holds text. A CSV round trip turns a clean run's '' into
+    NaN (or the string 'nan' once the column was cast to str); neither counts. All False
+    without an `error` column."""
+    if "error" not in df:
+        return pd.Series(False, index=df.index)
+    text = df["error"].astype(str)
+    return df["error"].notna() & (text != "") & (text != "nan")
+
+
 def write_grid_summary(summary: pd.DataFrame, out_dir: str | Path,
                        keys: Sequence[str]) -> pd.DataFrame:
     """A grid chapter's summary with `cpu_bound` a bool column (False where a run lacks it),
@@ -156,8 +166,7 @@ def write_grid_summary(summary: pd.DataFrame, out_dir: str | Path,
     summary = summary.assign(cpu_bound=summary["cpu_bound"].eq(True)
                              if "cpu_bound" in summary else False)
     write_table(summary, out_dir, "summary")
-    err = summary["error"]
-    failed = summary[err.notna() & (err.astype(str) != "")]
+    failed = summary[failed_runs(summary)]
     assert failed.empty, f"runs failed: {failed[[*keys, 'error']].to_dict('records')}"
     return summary
 
