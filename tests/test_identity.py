@@ -105,3 +105,25 @@ def test_a_clock_step_does_not_orphan_a_live_emulated_network(tmp_path: Path,
         owner.kill()
         owner.wait()
     assert not netem._owner_alive("run1") and not netem._owner_alive("no-such-run")
+
+
+def test_the_report_runner_counts_a_stopped_child_once_even_after_a_clock_step(
+        monkeypatch) -> None:
+    """report.runner.Descendants: what a stop ended is counted from the samples' stamps."""
+    import time
+
+    from ddlstudy.report.runner import Descendants
+
+    watch = Descendants(every_s=3600)  # sampled by hand below, not by its thread
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 10
+        while not watch.seen and time.monotonic() < deadline:
+            watch.sample()
+        _step_clock(monkeypatch)
+        assert watch.ended(60) == 0  # alive: a step of the clock changes nothing
+    finally:
+        child.kill()
+        child.wait()
+        watch.close()
+    assert watch.ended(60) == 1
