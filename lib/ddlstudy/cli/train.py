@@ -234,6 +234,26 @@ def check_launch_args(args: argparse.Namespace, config: TrainConfig
         str(Path(config.data_root).expanduser()), project_root())), None
 
 
+def check_replay(config: TrainConfig) -> str | None:
+    """A stored replay table must hold the run's model at its input shape: checked on the driver
+    before any engine starts (the run would otherwise find out after its cluster is up). None,
+    or the one-line problem. 'measured' is timed on the engines: None."""
+    if config.compute != "replay" or config.replay_source == "measured":
+        return None
+    from ddlstudy.workload import replay
+
+    shape = config.input_shape
+    if not isinstance(shape, str):
+        return (f"replay tables are per named shape (cifar, mnist, imagenet); the run's shape is "
+                f"{shape!r}: pass --shape, or --replay-source measured")
+    try:
+        replay.compute_time(replay.load_table(config.replay_source), config.model, shape,
+                            config.batch_size)
+    except (OSError, ValueError) as err:
+        return str(err)
+    return None
+
+
 def check_data(config: TrainConfig, launch: LaunchSpec | None = None) -> str | None:
     """Read (and, unless --no-verify-data, checksum) the data files on the driver before any
     engine starts, labels range-checked: None, or the one-line problem. Synthetic data: None."""
@@ -396,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                    or (None if args.profile
                        else engine_count_problem(config.world_size, _per_core(config)))
                    or check_network_args(args) or check_node_args(args)
-                   or check_data(config, launch))
+                   or check_replay(config) or check_data(config, launch))
         if problem:
             parser.error(problem)
         started = True

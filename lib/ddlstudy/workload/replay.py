@@ -182,8 +182,11 @@ def compute_time(table: pd.DataFrame, model: str, shape: str, batch_size: int) -
     """The reference step's compute seconds; scales linearly from the nearest batch if needed."""
     rows = table[(table["model"] == model) & (table["shape"] == shape)]
     if rows.empty:
+        has = sorted(table.loc[table["model"] == model, "shape"].dropna().astype(str).unique())
+        fix = (f"it has {model} at {', '.join(has)}: choose one (--shape, training.shape)"
+               if has else "measure it with `python -m ddlstudy.replay measure`")
         raise ValueError(f"replay table has no row for model {model!r} at shape {shape!r}; "
-                         "measure it with `python -m ddlstudy.replay measure`")
+                         f"{fix}")
     exact = rows[rows["batch_size"] == batch_size]
     if len(exact):
         return float(exact["compute_s_p50"].iloc[0])
