@@ -23,6 +23,7 @@ from __future__ import annotations
 from ddlstudy.collectives.registry import (
     ALGORITHMS,
     Algorithm,
+    analytic_tiers,
     analytic_traffic,
     cost_terms,
     get_algorithm,
@@ -40,9 +41,11 @@ _LAZY = {
     "drift": ("bracketing_drift",),
     "verify": ("count_wrong", "probe_error", "rank_data", "selfcheck", "selfcheck_many"),
     "timing": ("time_algorithm",),
+    "placement": ("gpus_per_node", "set_gpus_per_node", "using_gpus_per_node"),
 }
-__all__ = ["ALGORITHMS", "HAND_WRITTEN", "Algorithm", "analytic_traffic", "cost_terms",
-           "get_algorithm", "hand_written", "register_algorithm", "unregister_algorithm",
+__all__ = ["ALGORITHMS", "HAND_WRITTEN", "Algorithm", "analytic_tiers", "analytic_traffic",
+           "cost_terms", "get_algorithm", "hand_written", "register_algorithm",
+           "unregister_algorithm",
            *(name for names in _LAZY.values() for name in names)]
 
 # A name loads from its file on first use; HAND_WRITTEN is a live view of the registry.

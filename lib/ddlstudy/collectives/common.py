@@ -1,9 +1,10 @@
 """The one harness every algorithm runs on (as nccl-tests' common.cu): `Comm` and `Traffic`.
 
 A `Comm` knows this rank, the world size and a transport, counts the bytes of every tensor it
-sends or receives, and bounds every wait with a timeout. Ranks may receive chunks of length zero
-(length < world size): such messages are skipped on both sides, which agree because chunk
-boundaries are a function of length and world size only.
+sends or receives (in total, and per link tier: to or from a rank of its own node, or of another
+node, by `placement`'s rule r // k on global ranks), and bounds every wait with a timeout.
+Ranks may receive chunks of length zero (length < world size): such messages are skipped on
+both sides, which agree because chunk boundaries are a function of length and world size only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ddlstudy.collectives.placement import gpus_per_node as _gpus_per_node
+from ddlstudy.collectives.placement import tier
 from ddlstudy.collectives.transports import Handle, Transport, _Done
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -29,6 +32,9 @@ class Traffic:
     """What this rank put on and took off the wire for one all-reduce.
 
     counted=False: the numbers are the analytic ring count, not observed (library reference).
+    intra_* / inter_*: the same bytes split by the peer's node (same node / another node at
+    `gpus_per_node` ranks per node); None where nothing was counted per peer (the library's
+    own all_reduce).
     """
 
     sent_bytes: int = 0
@@ -36,34 +42,61 @@ class Traffic:
     sent_msgs: int = 0
     recv_msgs: int = 0
     counted: bool = True
+    intra_sent_bytes: int | None = None
+    intra_recv_bytes: int | None = None
+    inter_sent_bytes: int | None = None
+    inter_recv_bytes: int | None = None
+    gpus_per_node: int | None = None
+
+    def tiers(self) -> dict[str, tuple[int, int]] | None:
+        """{"intra": (sent, received), "inter": (...)} bytes, or None where not counted."""
+        if self.intra_sent_bytes is None:
+            return None
+        return {"intra": (self.intra_sent_bytes, self.intra_recv_bytes or 0),
+                "inter": (self.inter_sent_bytes or 0, self.inter_recv_bytes or 0)}
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 class Comm:
-    """A rank's view of the world for one all-reduce: counts bytes, bounds waits."""
+    """A rank's view of the world for one all-reduce: counts bytes (per tier too), bounds waits.
+
+    gpus_per_node: ranks per node for the tier split (None: this process's
+    `placement.gpus_per_node()`); peers are classified by their global rank (the transport's
+    `global_rank`, the group rank where a transport has none).
+    """
 
     def __init__(self, transport: Transport, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 segment_bytes: int = PIPELINE_SEGMENT_BYTES) -> None:
+                 segment_bytes: int = PIPELINE_SEGMENT_BYTES,
+                 gpus_per_node: int | None = None) -> None:
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
         self.timeout_s = timeout_s
         self.segment_bytes = segment_bytes
-        self.traffic = Traffic()
+        self.k = gpus_per_node or _gpus_per_node()
+        self._global = getattr(transport, "global_rank", lambda q: q)
+        self._own = self._global(self.rank)
+        self.traffic = Traffic(intra_sent_bytes=0, intra_recv_bytes=0, inter_sent_bytes=0,
+                               inter_recv_bytes=0, gpus_per_node=self.k)
+
+    def _count(self, nbytes: int, peer: int, way: str) -> None:
+        t = self.traffic
+        setattr(t, f"{way}_bytes", getattr(t, f"{way}_bytes") + nbytes)
+        setattr(t, f"{way}_msgs", getattr(t, f"{way}_msgs") + 1)
+        name = f"{tier(self._own, self._global(peer), self.k)}_{way}_bytes"
+        setattr(t, name, getattr(t, name) + nbytes)
 
     def isend(self, tensor: torch.Tensor, peer: int, tag: int = 0) -> Handle:
         if tensor.numel() == 0:
             return _Done()
-        self.traffic.sent_bytes += tensor.numel() * tensor.element_size()
-        self.traffic.sent_msgs += 1
+        self._count(tensor.numel() * tensor.element_size(), peer, "sent")
         return self.t.isend(tensor, peer, tag)
 
     def irecv(self, tensor: torch.Tensor, peer: int, tag: int = 0) -> Handle:
         if tensor.numel() == 0:
             return _Done()
-        self.traffic.recv_bytes += tensor.numel() * tensor.element_size()
-        self.traffic.recv_msgs += 1
+        self._count(tensor.numel() * tensor.element_size(), peer, "recv")
         return self.t.irecv(tensor, peer, tag)
 
     def send(self, tensor: torch.Tensor, peer: int, tag: int = 0) -> None:

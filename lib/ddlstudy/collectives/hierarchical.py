@@ -17,54 +17,22 @@ every k and m, else within one element per message).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ddlstudy.collectives.common import Comm, _pieces, bounds
+from ddlstudy.collectives.placement import (  # noqa: F401 - re-exported: the placement rule
+    ENV,
+    gpus_per_node,
+    node_sizes,
+    set_gpus_per_node,
+    using_gpus_per_node,
+)
 from ddlstudy.collectives.ring import ring_terms, ring_traffic
 
-ENV = "DDLSTUDY_GPUS_PER_NODE"
 _TAG_INTRA_RS, _TAG_INTRA_AG, _TAG_INTER = 3000, 4000, 10_000
-_setting: dict[str, int | None] = {"k": None}
-
-
-def gpus_per_node() -> int:
-    """Ranks per node the registered `hierarchical` uses in this process: the value set by
-    `set_gpus_per_node` (the allreduce strategy's `gpus_per_node` option), else the environment
-    variable DDLSTUDY_GPUS_PER_NODE, else 1 (one GPU per node: the emulated cells)."""
-    k = _setting["k"]
-    if k is None:
-        k = int(os.environ.get(ENV, "1") or 1)
-    if k < 1:
-        raise ValueError(f"gpus_per_node must be >= 1, got {k}")
-    return k
-
-
-def set_gpus_per_node(k: int | None) -> None:
-    """Set this process's ranks per node (None: back to the environment / 1)."""
-    if k is not None and (isinstance(k, bool) or int(k) != k or k < 1):
-        raise ValueError(f"gpus_per_node must be an integer >= 1, got {k!r}")
-    _setting["k"] = None if k is None else int(k)
-
-
-@contextmanager
-def using_gpus_per_node(k: int | None) -> Iterator[None]:
-    """`set_gpus_per_node(k)` for the duration of a block (tests, benches)."""
-    old = _setting["k"]
-    set_gpus_per_node(k)
-    try:
-        yield
-    finally:
-        _setting["k"] = old
-
-
-def node_sizes(p: int, k: int) -> tuple[int, ...]:
-    """Ranks per node: full nodes of k, the remainder on a last, smaller node."""
-    return tuple([k] * (p // k) + ([p % k] if p % k else []))
 
 
 def _segments(n: int, sizes: Sequence[int]) -> list[tuple[int, int]]:

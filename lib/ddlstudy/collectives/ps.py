@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ddlstudy.collectives.common import Comm, _pieces
+from ddlstudy.collectives.placement import TIERS, tier
 
 
 def ps(c: Comm, x: torch.Tensor) -> None:
@@ -51,6 +52,28 @@ def ps_sharded(c: Comm, x: torch.Tensor) -> None:
 def ps_traffic(nbytes: int, p: int, rank: int) -> tuple[int, int]:
     """The server moves p-1 buffers each way, a worker one."""
     return ((p - 1) * nbytes, (p - 1) * nbytes) if rank == 0 else (nbytes, nbytes)
+
+
+def ps_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
+    """Per tier at k ranks per node: the server (rank 0) exchanges one buffer each way with
+    every worker, intra-node for the workers of its own node."""
+    if p == 1:
+        return {t: (0, 0) for t in TIERS}
+    if rank == 0:
+        near = min(k, p) - 1
+        return {"intra": (near * nbytes,) * 2, "inter": ((p - 1 - near) * nbytes,) * 2}
+    where = tier(rank, 0, k)
+    return {t: (nbytes, nbytes) if t == where else (0, 0) for t in TIERS}
+
+
+def ps_sharded_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
+    """Per tier at k ranks per node: 2 n/p to and from every other rank (push, then pull)."""
+    per_peer = 2 * (nbytes // p) if p > 1 else 0
+    out = {t: 0 for t in TIERS}
+    for q in range(p):
+        if q != rank:
+            out[tier(rank, q, k)] += per_peer
+    return {t: (v, v) for t, v in out.items()}
 
 
 def ps_terms(n: float, p: int, segment_bytes: int) -> tuple[float, float, float]:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 # run: (Comm, flat tensor) -> None, reducing in place.
 # traffic: (nbytes, world size, rank) -> (sent, received) bytes on that rank (p >= 2).
 # terms: (nbytes, world size, segment bytes) -> (alpha, beta, gamma) coefficients (p >= 2).
+# tiers: (nbytes, world size, rank, ranks per node) -> {"intra": (sent, received),
+#   "inter": (sent, received)} bytes on that rank, optional (None: not derived for it).
 Code = Callable[..., Any] | str
 
 
@@ -32,7 +34,9 @@ class Algorithm:
     run: the hand-written code on a `Comm` (None: the library's own all_reduce, which `all_reduce`
     dispatches to torch); traffic: bytes per rank from its structure (not its code), which the
     tests compare with the bytes `Comm` counted; terms: alpha-beta-gamma coefficients
-    (Thakur, Rabenseifner & Gropp 2005) that `costmodel` turns into seconds.
+    (Thakur, Rabenseifner & Gropp 2005) that `costmodel` turns into seconds; tiers: its traffic
+    split by link tier at k ranks per node (`placement`'s rule), which the records put beside
+    the per-tier bytes `Comm` counted (None: not derived for this algorithm).
     """
 
     name: str
@@ -40,6 +44,7 @@ class Algorithm:
     traffic: Code
     terms: Code
     summary: str = ""
+    tiers: Code | None = None
 
     @property
     def hand_written(self) -> bool:
@@ -54,6 +59,14 @@ class Algorithm:
     def bytes_moved(self, nbytes: int, p: int, rank: int) -> tuple[int, int]:
         """(sent, received) bytes on `rank` (0 on one rank)."""
         return (0, 0) if p == 1 else tuple(resolve(self.traffic)(nbytes, p, rank))
+
+    def tier_bytes(self, nbytes: int, p: int, rank: int,
+                   k: int) -> dict[str, tuple[int, int]] | None:
+        """{"intra": (sent, received), "inter": (...)} on `rank` at k ranks per node; None
+        where the algorithm has no tier split."""
+        if self.tiers is None:
+            return None
+        return {t: tuple(v) for t, v in resolve(self.tiers)(nbytes, p, rank, k).items()}
 
     def cost_terms(self, nbytes: float, p: int, segment_bytes: int) -> tuple[float, float, float]:
         """(alpha, beta, gamma) coefficients of its time (0 on one rank)."""
@@ -89,6 +102,13 @@ def analytic_traffic(algorithm: str, nbytes: int, world_size: int, rank: int) ->
     return get_algorithm(algorithm).bytes_moved(nbytes, world_size, rank)
 
 
+def analytic_tiers(algorithm: str, nbytes: int, world_size: int, rank: int,
+                   gpus_per_node: int) -> dict[str, tuple[int, int]] | None:
+    """`analytic_traffic` split by link tier (same node / other node at `gpus_per_node` ranks
+    per node, ranks placed node by node); None for an algorithm without a tier split."""
+    return get_algorithm(algorithm).tier_bytes(nbytes, world_size, rank, gpus_per_node)
+
+
 def cost_terms(algorithm: str, nbytes: float, p: int,
                segment_bytes: int) -> tuple[float, float, float]:
     """The (alpha, beta, gamma) coefficients: T = a*alpha + b*beta + g*gamma."""
@@ -107,32 +127,36 @@ def algorithm_table() -> list[dict[str, Any]]:
 
 
 
-def _builtin(name: str, run: str | None, traffic: str, terms: str, summary: str) -> None:
+def _builtin(name: str, run: str | None, traffic: str, terms: str, summary: str,
+             tiers: str | None = None) -> None:
     """A built-in algorithm; code named as "file:function" inside ddlstudy.collectives."""
     def full(ref: str) -> str:
         return f"ddlstudy.collectives.{ref}"
 
     register_algorithm(Algorithm(name, full(run) if run else None, full(traffic), full(terms),
-                                 summary))
+                                 summary, full(tiers) if tiers else None))
 
 
 # The built-in algorithms, in the order tables and benches list them; code in one file per family.
 _builtin("ring", "ring:ring", "ring:ring_traffic", "ring:ring_terms",
-         "reduce-scatter + all-gather, synchronous steps")
+         "reduce-scatter + all-gather, synchronous steps", "ring:ring_tiers")
 _builtin("ring_pipelined", "ring:ring_pipelined", "ring:ring_traffic",
-         "ring:ring_pipelined_terms", "ring with segments in flight across steps")
+         "ring:ring_pipelined_terms", "ring with segments in flight across steps",
+         "ring:ring_tiers")
 _builtin("recursive_doubling", "halving:recursive_doubling", "halving:doubling_traffic",
          "halving:doubling_terms", "butterfly: lg p full-buffer exchanges")
 _builtin("rabenseifner", "halving:rabenseifner", "halving:rabenseifner_traffic",
          "halving:rabenseifner_terms", "recursive halving + doubling")
 _builtin("tree", "tree:tree", "tree:tree_traffic", "tree:tree_terms",
          "binomial reduce + broadcast")
-_builtin("ps", "ps:ps", "ps:ps_traffic", "ps:ps_terms", "central server on rank 0")
+_builtin("ps", "ps:ps", "ps:ps_traffic", "ps:ps_terms", "central server on rank 0",
+         "ps:ps_tiers")
 _builtin("ps_sharded", "ps:ps_sharded", "ring:ring_traffic", "ring:ring_terms",
-         "every rank serves 1/p of the buffer")
+         "every rank serves 1/p of the buffer", "ps:ps_sharded_tiers")
 _builtin("hierarchical", "hierarchical:hierarchical", "hierarchical:hierarchical_traffic",
          "hierarchical:hierarchical_terms",
-         "ring reduce-scatter in the node, ring across nodes, all-gather in the node")
+         "ring reduce-scatter in the node, ring across nodes, all-gather in the node",
+         "hierarchical:tier_traffic")
 # gloo's CPU all_reduce is a ring at these sizes: its bytes and cost terms are the ring's.
 _builtin("reference", None, "ring:ring_traffic", "ring:ring_terms",
-         "torch.distributed.all_reduce (library; bytes analytic)")
+         "torch.distributed.all_reduce (library; bytes analytic)", "ring:ring_tiers")

@@ -11,6 +11,7 @@ import math
 import torch
 
 from ddlstudy.collectives.common import Comm, _pieces
+from ddlstudy.collectives.placement import TIERS, tier
 from ddlstudy.collectives.transports import Handle
 
 
@@ -78,6 +79,17 @@ def ring_pipelined(c: Comm, x: torch.Tensor) -> None:
 def ring_traffic(nbytes: int, p: int, rank: int) -> tuple[int, int]:
     """2(p-1)/p n each way on every rank (shared by every bandwidth-optimal scheme)."""
     return 2 * (p - 1) * nbytes // p, 2 * (p - 1) * nbytes // p
+
+
+def ring_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
+    """(sent, received) per tier at k ranks per node: everything goes to the right neighbour
+    and comes from the left, so a rank's bytes are inter-node where that neighbour is on
+    another node (a node's last rank sends out, its first receives in)."""
+    sent, recv = ring_traffic(nbytes, p, rank) if p > 1 else (0, 0)
+    out = {t: [0, 0] for t in TIERS}
+    out[tier(rank, (rank + 1) % p, k)][0] += sent
+    out[tier(rank, (rank - 1) % p, k)][1] += recv
+    return {t: (a, b) for t, (a, b) in out.items()}
 
 
 def ring_terms(n: float, p: int, segment_bytes: int) -> tuple[float, float, float]:

@@ -62,6 +62,10 @@ class DistTransport:
             return peer
         return self.dist.get_global_rank(self.group, peer)
 
+    def global_rank(self, peer: int) -> int:
+        """The global rank of group rank `peer` (which node it is on: `placement.tier`)."""
+        return self._global(peer)
+
     def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> Handle:
         what = f"send {self.rank}->{peer} (tag {tag})"
         delay = self._latency.delay_to(self._own, self._global(peer))

@@ -5,6 +5,7 @@ goes on; `overlap=False` reduces the same buckets after backward."""
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -16,6 +17,10 @@ import torch
 from torch import nn
 
 from ddlstudy.strategies.base import StepStats, Strategy
+
+# StepStats' per-tier byte fields -> (tier, 0 sent / 1 received) of `Traffic.tiers()`
+TIER_COLUMNS = {"bytes_sent_intra": ("intra", 0), "bytes_sent_inter": ("inter", 0),
+                "bytes_recv_intra": ("intra", 1), "bytes_recv_inter": ("inter", 1)}
 
 
 @dataclass
@@ -143,6 +148,7 @@ class AllReduce(BucketHooks, Strategy):
 
     def _reset_counters(self) -> None:
         self._busy_s, self._sent, self._recv = 0.0, 0, 0
+        self._tiers: dict[str, float] = dict.fromkeys(TIER_COLUMNS, 0.0)
 
     def _reduce(self, bucket: _Bucket) -> None:
         t = time.perf_counter()
@@ -151,10 +157,32 @@ class AllReduce(BucketHooks, Strategy):
                                               check=self._steps == 0)
         self._sync()  # CUDA: the reduction is done, not only launched
         dt = time.perf_counter() - t
+        tiers = traffic.tiers()
         with self._lock:
             self._busy_s += dt
             self._sent += traffic.sent_bytes
             self._recv += traffic.recv_bytes
+            for name, (tier, way) in TIER_COLUMNS.items():
+                self._tiers[name] += math.nan if tiers is None else tiers[tier][way]
+
+    def analytic_tiers(self) -> dict[str, float] | None:
+        """Sum over the buckets of the algorithm's per-tier traffic (`analytic_tiers`) at this
+        process's ranks per node, in the group's rank order; None where it has no split."""
+        import torch.distributed as dist
+
+        from ddlstudy.collectives.placement import gpus_per_node
+
+        p, r = ((dist.get_world_size(self.group), dist.get_rank(self.group))
+                if dist.is_initialized() else (1, 0))
+        out = dict.fromkeys(TIER_COLUMNS, 0.0)
+        for bucket in self.buckets:
+            nbytes = bucket.buf.numel() * bucket.buf.element_size()
+            tiers = self.collectives.analytic_tiers(self.algorithm, nbytes, p, r, gpus_per_node())
+            if tiers is None:
+                return None
+            for name, (tier, way) in TIER_COLUMNS.items():
+                out[name] += tiers[tier][way]
+        return out
 
     def _comm_loop(self) -> None:
         while True:
@@ -197,7 +225,7 @@ class AllReduce(BucketHooks, Strategy):
         comm = self._busy_s if self.overlap else t2 - t1
         return StepStats(loss=loss, compute_s=t1 - t0, comm_s=comm, comm_wait_s=t2 - t1,
                          update_s=t3 - t2, step_s=t3 - t0, bytes_sent=self._sent,
-                         bytes_recv=self._recv, images=len(x))
+                         bytes_recv=self._recv, images=len(x), **self._tiers)
 
     def close(self) -> None:
         for h in self._handles:

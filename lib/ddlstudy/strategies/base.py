@@ -55,7 +55,9 @@ class StepStats:
     backward); comm_s: time communicating (for overlapped all-reduce the communication thread's
     busy time, which runs *during* compute); comm_wait_s: time the worker sat waiting for
     communication after backward (the exposed part); update_s: unpacking + optimizer step;
-    idle_s: a server waiting for the next push.
+    idle_s: a server waiting for the next push; bytes_*_intra / _inter: the same bytes split
+    by link tier (to / from a rank of this node or of another, `collectives.placement`), NaN
+    where the strategy does not count them per peer.
     """
 
     loss: float = math.nan
@@ -68,6 +70,10 @@ class StepStats:
     bytes_sent: int = 0
     bytes_recv: int = 0
     images: int = 0
+    bytes_sent_intra: float = math.nan
+    bytes_sent_inter: float = math.nan
+    bytes_recv_intra: float = math.nan
+    bytes_recv_inter: float = math.nan
     staleness: list[int] = field(default_factory=list)
     source: int = -1  # async server: the worker whose gradient this update applied
 
@@ -321,6 +327,13 @@ class Strategy:
 
     def serve(self) -> list[StepStats]:
         raise RuntimeError(f"{self.name}: rank {self.rank} is a {self.role}, it has no serve loop")
+
+    def analytic_tiers(self) -> dict[str, float] | None:
+        """This rank's bytes per step by link tier from the algorithm's structure
+        ({"bytes_sent_intra": ..., "bytes_sent_inter": ..., "bytes_recv_intra": ...,
+        "bytes_recv_inter": ...}), for the records beside the counted ones; None (default):
+        the strategy has no such split."""
+        return None
 
     def settings(self) -> dict[str, Any]:
         """The framework's tuning in effect on this rank (summary columns + meta.json), so a

@@ -1,7 +1,7 @@
 """The allreduce strategy with its `gpus_per_node` option: which ranks share a node, for the
 `hierarchical` all-reduce algorithm (ranks r // k on one node, the last node may be smaller).
 
-The option sets the process's `ddlstudy.collectives.hierarchical.gpus_per_node` (one strategy
+The option sets the process's `ddlstudy.collectives.placement.gpus_per_node` (one strategy
 per engine process) and builds the ordinary `AllReduce`; other algorithms ignore it.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from ddlstudy.collectives.hierarchical import set_gpus_per_node
+from ddlstudy.collectives.placement import set_gpus_per_node
 from ddlstudy.strategies.allreduce import AllReduce
 
 

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 DTYPE_NAMES = ("float32", "float64")  # the torch dtypes they name: ddlstudy.train.rank.DTYPES
 STEP_COLUMNS = ["step", "rank", "role", "chunk", "compute_s", "comm_s", "comm_wait_s", "update_s",
                 "idle_s", "step_s", "bytes_sent", "bytes_recv", "loss", "images", "staleness",
-                "source"]
+                "source", "bytes_sent_intra", "bytes_sent_inter", "bytes_recv_intra",
+                "bytes_recv_inter"]
 COMPUTE_MODES = ("real", "replay")
 # (model, shape, batch, dtype, threads) -> seconds: "measured" replay times, once per driver.
 _MEASURED: dict[tuple[Any, ...], float] = {}

@@ -100,7 +100,8 @@ def _engine_setup(cfg: dict[str, Any], run_id: str,
                            "strategy": strategy, "device": device, "step": 0, "perm": (-1, None),
                            "base": (0, 0, 0), "replay_s": replay_s}
     info = {"rank": rank, "role": strategy.role, "params": strategy.n_params, "train_size": 0,
-            "settings": strategy.settings(), "syncs_model": strategy.syncs_model}
+            "settings": strategy.settings(), "syncs_model": strategy.syncs_model,
+            "tiers_analytic": strategy.analytic_tiers() if strategy.is_worker else None}
     if strategy.is_worker:
         global_batch = config.batch_size * config.workers
         x, y = worker_data(config, global_batch)

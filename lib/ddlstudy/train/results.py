@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,11 @@ def _steps_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
               evals: pd.DataFrame, n_params: int, *, replay_s: float = math.nan,
-              network: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row: throughput over the timed windows, medians of the per-step times, bytes."""
+              network: dict[str, Any] | None = None,
+              tiers_analytic: Sequence[dict[str, float] | None] = ()) -> pd.DataFrame:
+    """One row: throughput over the timed windows, medians of the per-step times, bytes (also
+    per link tier: counted by the strategy, and its algorithm's analytic split per worker,
+    `tiers_analytic`, one dict or None per worker from the engines)."""
     workers = steps[steps["role"] == "worker"]
     servers = steps[steps["role"] == "server"]
     wall = float(chunks["wall_s"].sum()) if len(chunks) else math.nan
@@ -149,6 +153,7 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
                                        if len(servers) and timed_steps else math.nan),
         # ddp's bytes are 2(N-1)/N x the bucket bytes its hook saw, not counted on the wire
         "bytes_source": spec.bytes_source,
+        **tier_columns(workers, tiers_analytic),
         "server_update_s": med(servers, "update_s"),
         "staleness_mean": float(stale.mean()) if len(stale) else math.nan,
         "staleness_max": float(stale.max()) if len(stale) else math.nan,
@@ -177,6 +182,27 @@ def summarize(config: TrainConfig, steps: pd.DataFrame, chunks: pd.DataFrame,
     # where not judged. Readers recompute it from the columns, so older records are judged too.
     row["replay_lag"] = float(replay_lag(pd.DataFrame([row])).iloc[0])
     return pd.DataFrame([row])
+
+
+TIER_STEP_COLUMNS = ("bytes_sent_intra", "bytes_sent_inter", "bytes_recv_intra",
+                     "bytes_recv_inter")
+
+
+def tier_columns(workers: pd.DataFrame,
+                 analytic: Sequence[dict[str, float] | None] = ()) -> dict[str, float]:
+    """Per-tier bytes per step, mean over workers: `<col>_per_step` as the Comm harness counted
+    them (by the peer's node, `collectives.placement`) and `analytic_<col>_per_step` from the
+    algorithm's structure; NaN where a step or a worker has none (strategies without a split,
+    the library's own all_reduce)."""
+    out = {}
+    for col in TIER_STEP_COLUMNS:
+        vals = workers[col] if col in workers else pd.Series(dtype=float)
+        out[f"{col}_per_step"] = (float(vals.mean()) if len(vals) and not vals.isna().any()
+                                  else math.nan)
+        got = [a[col] for a in analytic if a is not None]
+        out[f"analytic_{col}_per_step"] = (float(np.mean(got)) if got and len(got) == len(analytic)
+                                           else math.nan)
+    return out
 
 
 def _weighted(chunks: pd.DataFrame, col: str) -> float:

@@ -508,7 +508,8 @@ def train(cluster: Any, config: TrainConfig, out_dir: str | Path | None = None,
     evals_df = pd.DataFrame(prog.evals, columns=["epoch", "step", "test_accuracy", "test_loss",
                                                  "test_size"])
     summary = summarize(config, steps_df, chunks_df, evals_df, n_params, replay_s=replay_s,
-                        network=net)
+                        network=net, tiers_analytic=[i.get("tiers_analytic") for i in infos
+                                                     if i.get("role") == "worker"])
     settings = infos[0].get("settings", {}) if infos else {}  # rank 0's framework tuning
     summary = summary.assign(**_fault_columns(config, prog, live), **settings)
     if infos:

@@ -9,9 +9,15 @@ summed over the timed chunks and divided by the timed steps, are each node's byt
 What they include, as the records say (`bytes_counter`): Ethernet frames as the veth counts
 them (TCP/IP headers and ACKs included; with segmentation offload on, one header per merged
 segment) and the engine's own ipyparallel traffic to the controller (the chunk call and its
-reply rows: kilobytes per chunk, against megabytes of gradients). On loopback there are no
-per-node counters: strategies keep their own count (ddlstudy's Comm harness) or the analytic
-estimate, labelled by `bytes_source`.
+reply rows: kilobytes per chunk, against megabytes of gradients). With several ranks per node
+(`gpus_per_node` k > 1) the node's veth carries what its k ranks sent to other nodes together
+(their intra-node bytes go over the namespace's loopback, unseen): `wire_bytes_*_per_step` is
+then each rank's share, the node's bytes / its ranks, comparable with the per-rank
+`bytes_sent_inter_per_step` the Comm harness counts; `wire_node_bytes_*_per_step` is the node's
+whole (mean over nodes). Before 2026-11-28 records of k > 1 held the node's whole in
+`wire_bytes_*` (`python -m ddlstudy.records.migrate wire-per-rank` converted the reference).
+On loopback there are no per-node counters: strategies keep their own count (ddlstudy's Comm
+harness) or the analytic estimate, labelled by `bytes_source`.
 """
 
 from __future__ import annotations
@@ -62,11 +68,22 @@ class WireBytes:
         self._before = None
 
     def per_step(self, steps: int) -> pd.DataFrame:
-        """One row per rank: bytes sent / received per timed step."""
+        """One row per rank: its node's bytes sent / received per timed step
+        (`node_bytes_*_per_step`), and its share of them (`bytes_*_per_step`: the node's /
+        the ranks on that node; the whole node's where each rank has a node of its own)."""
         steps = max(1, steps)
-        return pd.DataFrame({"rank": range(len(self.sent)),
-                             "bytes_sent_per_step": [s / steps for s in self.sent],
-                             "bytes_recv_per_step": [r / steps for r in self.recv]})
+        world = len(self.sent)
+        nodes = self.nodes if len(self.nodes) == world else list(range(world))
+        share = [nodes.count(n) for n in nodes]
+        return pd.DataFrame({"rank": range(world), "node": nodes, "ranks_on_node": share,
+                             "node_bytes_sent_per_step": [s / steps for s in self.sent],
+                             "node_bytes_recv_per_step": [r / steps for r in self.recv],
+                             "bytes_sent_per_step": [s / steps / k
+                                                     for s, k in zip(self.sent, share,
+                                                                     strict=True)],
+                             "bytes_recv_per_step": [r / steps / k
+                                                     for r, k in zip(self.recv, share,
+                                                                     strict=True)]})
 
     def apply_to_run(self, summary: pd.DataFrame, config: Any, steps: int) -> None:
         """`apply` for a torch-trainer run: roles from its layout; a strategy whose own bytes
@@ -83,9 +100,11 @@ class WireBytes:
               replace: bool) -> None:
         """Write the counted bytes into the run's summary row (in place).
 
-        Always: wire_* columns (mean over workers; servers summed) and `bytes_counter`.
+        Always: wire_* columns (mean over workers of each rank's share of its node's link;
+        servers summed), wire_node_* (mean over the workers' nodes) and `bytes_counter`.
         replace: the strategy's own figure was analytic (ddp, Horovod, TF), so the counted one
-        becomes bytes_*_per_step and bytes_source "counted".
+        becomes bytes_*_per_step and bytes_source "counted"; not where ranks share a node (the
+        veth does not see their intra-node bytes, so it cannot stand for their total).
         """
         if not self.counting:
             return
@@ -100,9 +119,13 @@ class WireBytes:
                                                 if len(servers) else float("nan")),
             "bytes_counter": COUNTER,
         }
+        shared = bool((df["ranks_on_node"] > 1).any())
+        nodes = workers.drop_duplicates("node")
+        cols["wire_node_bytes_sent_per_step"] = float(nodes["node_bytes_sent_per_step"].mean())
+        cols["wire_node_bytes_recv_per_step"] = float(nodes["node_bytes_recv_per_step"].mean())
         for k, v in cols.items():
             summary[k] = v
-        if replace:
+        if replace and not shared:
             summary["bytes_sent_per_step"] = cols["wire_bytes_sent_per_step"]
             summary["bytes_recv_per_step"] = cols["wire_bytes_recv_per_step"]
             if len(servers):
