@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 
 from ddlstudy.collectives.common import Comm, bounds, lg
+from ddlstudy.collectives.placement import split
 
 
 def _fold_in(c: Comm, x: torch.Tensor) -> int:
@@ -133,6 +134,36 @@ def rabenseifner_traffic(nbytes: int, p: int, rank: int) -> tuple[int, int]:
     """2(p'-1)/p' n each way, plus the fold."""
     pof2 = 1 << lg(p)
     return _folded_traffic(2 * (pof2 - 1) * nbytes // pof2, nbytes, p, rank)
+
+
+def _folded_exchanges(nbytes: int, p: int, rank: int,
+                      core: Callable[[int], int]) -> list[tuple[int, int, int]]:
+    """(peer, sent, received) of `rank` in a folded power-of-two algorithm whose round with
+    mask m moves core(m) bytes each way between folded ranks q and q ^ m."""
+    pof2 = 1 << lg(p)
+    rem = p - pof2
+    if rank < 2 * rem and rank % 2 == 0:
+        return [(rank + 1, nbytes, nbytes)]  # folded out: data over, the result back
+    out = [(rank - 1, nbytes, nbytes)] if rank < 2 * rem else []
+    newrank = rank // 2 if rank < 2 * rem else rank - rem
+    m = 1
+    while m < pof2:
+        out.append((_real_rank(newrank ^ m, rem), core(m), core(m)))
+        m <<= 1
+    return out
+
+
+def doubling_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
+    """`doubling_traffic` per link tier: a full buffer with each butterfly partner."""
+    return split(rank, k, _folded_exchanges(nbytes, p, rank, lambda m: nbytes))
+
+
+def rabenseifner_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
+    """`rabenseifner_traffic` per link tier: with the partner of mask m, m blocks of n / p'
+    each way while halving and m again while doubling."""
+    pof2 = 1 << lg(p)
+    return split(rank, k, _folded_exchanges(nbytes, p, rank,
+                                            lambda m: 2 * m * nbytes // pof2))
 
 
 def _fold_terms(n: float, p: int) -> tuple[float, float, float]:

@@ -10,7 +10,7 @@ nothing of ddlstudy, so `common.Comm` and `hierarchical` can both read it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 ENV = "DDLSTUDY_GPUS_PER_NODE"
@@ -67,3 +67,15 @@ def node_sizes(p: int, k: int) -> tuple[int, ...]:
 def tier(rank: int, peer: int, k: int) -> str:
     """"intra" when global ranks `rank` and `peer` share a node of k ranks, else "inter"."""
     return "intra" if rank // k == peer // k else "inter"
+
+
+def split(rank: int, k: int,
+          exchanges: Iterable[tuple[int, int, int]]) -> dict[str, tuple[int, int]]:
+    """{"intra": (sent, received), "inter": (...)} of `rank` from its (peer, sent, received)
+    byte counts, at k ranks per node: the registry's analytic split of an algorithm whose
+    structure lists its peers."""
+    out = {t: [0, 0] for t in TIERS}
+    for peer, sent, recv in exchanges:
+        out[tier(rank, peer, k)][0] += sent
+        out[tier(rank, peer, k)][1] += recv
+    return {t: (a, b) for t, (a, b) in out.items()}

@@ -144,11 +144,13 @@ _builtin("ring_pipelined", "ring:ring_pipelined", "ring:ring_traffic",
          "ring:ring_pipelined_terms", "ring with segments in flight across steps",
          "ring:ring_tiers")
 _builtin("recursive_doubling", "halving:recursive_doubling", "halving:doubling_traffic",
-         "halving:doubling_terms", "butterfly: lg p full-buffer exchanges")
+         "halving:doubling_terms", "butterfly: lg p full-buffer exchanges",
+         "halving:doubling_tiers")
 _builtin("rabenseifner", "halving:rabenseifner", "halving:rabenseifner_traffic",
-         "halving:rabenseifner_terms", "recursive halving + doubling")
+         "halving:rabenseifner_terms", "recursive halving + doubling",
+         "halving:rabenseifner_tiers")
 _builtin("tree", "tree:tree", "tree:tree_traffic", "tree:tree_terms",
-         "binomial reduce + broadcast")
+         "binomial reduce + broadcast", "tree:tree_tiers")
 _builtin("ps", "ps:ps", "ps:ps_traffic", "ps:ps_terms", "central server on rank 0",
          "ps:ps_tiers")
 _builtin("ps_sharded", "ps:ps_sharded", "ring:ring_traffic", "ring:ring_terms",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ddlstudy.collectives.common import Comm, clg
+from ddlstudy.collectives.placement import split
 
 
 def tree(c: Comm, x: torch.Tensor) -> None:
@@ -48,6 +49,15 @@ def tree_traffic(nbytes: int, p: int, rank: int) -> tuple[int, int]:
     children = sum(1 for m in _powers_below(p) if rank & (2 * m - 1) == 0 and rank + m < p)
     parent = 1 if rank else 0
     return (parent + children) * nbytes, (parent + children) * nbytes
+
+
+def tree_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
+    """`tree_traffic` per link tier: one full buffer each way with the parent (rank minus its
+    lowest set bit) and with every child."""
+    peers = [rank + m for m in _powers_below(p) if rank & (2 * m - 1) == 0 and rank + m < p]
+    if rank:
+        peers.append(rank - (rank & -rank))
+    return split(rank, k, [(q, nbytes, nbytes) for q in peers])
 
 
 def tree_terms(n: float, p: int, segment_bytes: int) -> tuple[float, float, float]:
