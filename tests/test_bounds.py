@@ -123,7 +123,7 @@ BAD_TRAIN_FLAGS = [
     (["--scale", "0.5"], "--scale"),
     (["--network", "nope"], "--network"),
     (["--compute", "replay", "--replay-source", "/no/such.csv"], "replay table"),
-    (["--model", "resnet50", "--compute", "replay", "--replay-source",
+    (["--model", "resnet50", "--shape", "cifar", "--compute", "replay", "--replay-source",
       "testbed-wang_nchc_10gbe"], "it has resnet50 at imagenet"),  # a testbed's paper shape
     (["--checkpoint-every", "0"], "checkpoint_every"),
     (["--fail-worker", "5", "--fail-at-step", "3"], "fail_worker"),

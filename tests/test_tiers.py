@@ -131,6 +131,29 @@ def test_old_records_are_converted_once(tmp_path: Path) -> None:
     assert wire_per_rank(tmp_path) == {}
 
 
+def test_issue_command_without_shape_takes_the_testbeds_shape() -> None:
+    """The issue's command names no --shape: a testbed's table holds ResNet-50 at the paper's
+    224x224 only, so synthetic data takes that shape (and says so); an explicit --shape, a
+    table with several shapes and a real data set keep theirs."""
+    from ddlstudy.cli.train import _parser, config_from_args, replay_shape
+
+    base = ["--model", "resnet50", "--compute", "replay", "--replay-source",
+            "testbed-wang_nchc_10gbe"]
+
+    def config(*extra: str):
+        args = _parser().parse_args([*base, *extra])
+        return config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
+
+    got, note = replay_shape(config())
+    assert got.input_shape == "imagenet" and "holds resnet50 at imagenet only" in note
+    for extra in (["--shape", "cifar"], ["--dataset", "digits"]):
+        kept, note = replay_shape(config(*extra))
+        assert note is None and kept == config(*extra)
+    args = _parser().parse_args(["--model", "resnet50", "--compute", "replay"])
+    h100 = config_from_args(args, strategy=args.strategy, algorithm=args.algorithm)
+    assert replay_shape(h100) == (h100, None)
+
+
 # ----------------------------------------------------------------------------- local engines
 @pytest.mark.parametrize("algorithm", ["hierarchical", "ring"])
 def test_trained_run_records_tiers_equal_to_analytic(cluster, algorithm: str) -> None:

@@ -234,6 +234,29 @@ def check_launch_args(args: argparse.Namespace, config: TrainConfig
         str(Path(config.data_root).expanduser()), project_root())), None
 
 
+def replay_shape(config: TrainConfig) -> tuple[TrainConfig, str | None]:
+    """A run on synthetic data without --shape that replays a stored table holding its model at
+    one shape only (a testbed's table holds the paper's input size): that shape, and the line
+    that says so; else the config unchanged and None. A data set's own shape is never changed."""
+    from dataclasses import replace
+
+    if (config.compute != "replay" or config.replay_source == "measured"
+            or config.shape is not None or config.real_data):
+        return config, None
+    from ddlstudy.workload import replay
+
+    try:
+        table = replay.load_table(config.replay_source)
+    except (OSError, ValueError):
+        return config, None  # check_replay names the problem
+    has = sorted(table.loc[table["model"] == config.model, "shape"].dropna().astype(str).unique())
+    if len(has) != 1 or has[0] == config.input_shape:
+        return config, None
+    return replace(config, shape=has[0]), (
+        f"Shape: {has[0]} (the replay table {config.replay_source} holds {config.model} at "
+        f"{has[0]} only; --shape sets another)")
+
+
 def check_replay(config: TrainConfig) -> str | None:
     """A stored replay table must hold the run's model at its input shape: checked on the driver
     before any engine starts (the run would otherwise find out after its cluster is up). None,
@@ -411,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         from ddlstudy.cluster.engines import handle_signals
 
         handle_signals()  # SIGINT/SIGTERM/SIGHUP unwind the `with` below, which stops the engines
+        config, shape_note = replay_shape(config)
+        if shape_note:
+            print(shape_note)
         launch, config, problem = check_launch_args(args, config)
         problem = (problem or check_fault_args(args, config)
                    or (None if args.profile
