@@ -52,7 +52,10 @@ class WireBytes:
         return self.net is not None
 
     def _read(self) -> list[dict[str, Any]]:
-        return self.net.counters(self.nodes)
+        """Per rank, its node's counters: each node read once, so ranks of one node agree."""
+        nodes = list(dict.fromkeys(self.nodes))
+        by_node = dict(zip(nodes, self.net.counters(nodes), strict=True))
+        return [by_node[n] for n in self.nodes]
 
     def mark(self, timed: bool = True) -> None:
         """Read the counters now: the start of a (timed) chunk call."""
