@@ -199,6 +199,7 @@ def test_hierarchical_command_writes_per_tier_bytes(tmp_path: Path) -> None:
          "--warmup-steps", "2", "--no-progress", "--no-eval", "--timeout", "60", "--out",
          str(out)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("Bytes sent per worker"))
     row = pd.read_csv(out / "summary.csv").iloc[0]
     assert row["gpus_per_node"] == 2 and row["rank_nodes"] == "0,0,1,1"
     for col in ("bytes_sent_intra", "bytes_sent_inter", "bytes_recv_intra",
@@ -210,6 +211,9 @@ def test_hierarchical_command_writes_per_tier_bytes(tmp_path: Path) -> None:
     n = 4 * int(row["params"])
     assert abs(row["bytes_sent_intra_per_step"] - n) <= 4 * 8
     assert abs(row["bytes_sent_inter_per_step"] - n / 2) <= 4 * 8
+    mb = (row["bytes_sent_intra_per_step"] / 1e6, row["bytes_sent_inter_per_step"] / 1e6)
+    assert line == (f"Bytes sent per worker per step: {mb[0]:.1f} MB inside its node, "
+                    f"{mb[1]:.1f} MB to other nodes (analytic: {mb[0]:.1f}, {mb[1]:.1f})")
     steps = pd.read_csv(out / "steps.csv")
     assert steps["bytes_sent_inter"].notna().all()
     nodes = pd.read_csv(out / "node_bytes.csv")

@@ -327,6 +327,21 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
     return TrainConfig(**values)
 
 
+def tier_line(row: Any) -> str | None:
+    """One line for a run whose strategy counted bytes per link tier: MB sent per worker per
+    step inside its node and to other nodes, with the algorithm's analytic split; else None."""
+    import math
+
+    got = [row.get(f"bytes_sent_{t}_per_step", math.nan) for t in ("intra", "inter")]
+    if any(v is None or math.isnan(v) for v in got):
+        return None
+    want = [row.get(f"analytic_bytes_sent_{t}_per_step", math.nan) for t in ("intra", "inter")]
+    analytic = ("analytic: " + ", ".join(f"{v / 1e6:.1f}" for v in want)
+                if not any(v is None or math.isnan(v) for v in want) else "no analytic split")
+    return (f"Bytes sent per worker per step: {got[0] / 1e6:.1f} MB inside its node, "
+            f"{got[1] / 1e6:.1f} MB to other nodes ({analytic})")
+
+
 def fault_lines(result: Any) -> list[str]:
     """What failures cost the run, one line each, then the steps completed."""
     row = result.row
@@ -517,6 +532,8 @@ def _run(args: argparse.Namespace, config: TrainConfig, launch: LaunchSpec | Non
     if len(result.evals):
         print(f"Test accuracy: {result.row['test_accuracy']:.4f}")
     for line in fault_lines(result):
+        print(line)
+    if (line := tier_line(result.row)) is not None:
         print(line)
     for row in per_node:  # whole train() call: group setup, warm-up and timed steps
         print(f"Node {row['node']} link (emulated): sent {row['payload_sent_est'] / 1e6:.1f} MB, "
