@@ -182,6 +182,36 @@ def test_trained_run_records_tiers_equal_to_analytic(cluster, algorithm: str) ->
         assert by_rank[0] == by_rank[2] == 0 and by_rank[1] > 0 and by_rank[3] > 0
 
 
+def test_fair_ps_counts_its_bytes_by_tier(cluster) -> None:
+    """ps_overlap, 3 workers + 1 server on 4 engines at 2 per node: worker 2 shares node 1
+    with the server (rank 3), workers 0 and 1 do not. Every row's tiers add up to its total;
+    only worker 2's traffic (and the server's share of it) is intra-node."""
+    from ddlstudy.train.trainer import TrainConfig, train
+
+    cluster.run(set_env, 2, world_size=cluster.size)
+    try:
+        res = train(cluster, TrainConfig(model="mlp", dataset="digits", strategy="ps_overlap",
+                                         workers=3, servers=1, batch_size=8, steps=2,
+                                         warmup_steps=1, eval=False, bucket_mb=0.05),
+                    progress=False)
+    finally:
+        cluster.run(set_env, None, world_size=cluster.size)
+    steps = res.steps
+    for way in ("sent", "recv"):
+        total = steps[f"bytes_{way}_intra"] + steps[f"bytes_{way}_inter"]
+        assert (total == steps[f"bytes_{way}"]).all(), way
+    w = steps[steps["role"] == "worker"].groupby("rank")[["bytes_sent_intra",
+                                                          "bytes_sent_inter"]].max()
+    assert w.loc[0, "bytes_sent_intra"] == w.loc[1, "bytes_sent_intra"] == 0
+    assert w.loc[2, "bytes_sent_inter"] == 0 and w.loc[2, "bytes_sent_intra"] > 0
+    srv = steps[steps["role"] == "server"]
+    # the server pulls to worker 2 inside its node, to workers 0 and 1 across: 1 : 2
+    assert (srv["bytes_sent_inter"] == 2 * srv["bytes_sent_intra"]).all()
+    # the summary's per-tier columns are the workers' means; no analytic split for this one
+    assert res.row["bytes_sent_intra_per_step"] == pytest.approx(w["bytes_sent_intra"].mean())
+    assert math.isnan(res.row["analytic_bytes_sent_intra_per_step"])
+
+
 # ----------------------------------------------------------------------------- as root
 @pytest.mark.netns
 @pytest.mark.skipif(not AVAILABLE, reason=f"network namespaces unavailable: {WHY}")

@@ -48,6 +48,14 @@ class Traffic:
     inter_recv_bytes: int | None = None
     gpus_per_node: int | None = None
 
+    def step_fields(self) -> dict[str, float]:
+        """These counts as `StepStats`' byte fields (bytes_sent, bytes_recv, bytes_sent_intra,
+        ...; the tier fields NaN where not counted): subtract two readings for one step's."""
+        nan = float("nan")
+        return {"bytes_sent": self.sent_bytes, "bytes_recv": self.recv_bytes,
+                **{f"bytes_{way}_{tier}": nan if (v := getattr(self, f"{tier}_{way}_bytes"))
+                   is None else v for tier in ("intra", "inter") for way in ("sent", "recv")}}
+
     def tiers(self) -> dict[str, tuple[int, int]] | None:
         """{"intra": (sent, received), "inter": (...)} bytes, or None where not counted."""
         if self.intra_sent_bytes is None:
@@ -57,6 +65,12 @@ class Traffic:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def since(before: dict[str, float], traffic: Traffic) -> dict[str, float]:
+    """`StepStats` byte fields for what `traffic` counted after the reading `before`
+    (`traffic.step_fields()` taken earlier)."""
+    return {k: v - before[k] for k, v in traffic.step_fields().items()}
 
 
 class Comm:

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ddlstudy.collectives.common import Comm, bounds
+from ddlstudy.collectives.common import Comm, bounds, since
 from ddlstudy.collectives.transports import DistTransport, Handle
 from ddlstudy.strategies.allreduce import BucketHooks, _Bucket, make_buckets
 from ddlstudy.strategies.base import StepStats, Strategy, chunk_over
@@ -189,7 +189,7 @@ class PSOverlap(BucketHooks, Strategy):
         self._next, self._busy_s = 0, 0.0
         for bucket in self.buckets:
             bucket.pending = len(bucket.params)
-        sent0, recv0 = self.comm.traffic.sent_bytes, self.comm.traffic.recv_bytes
+        before = self.comm.traffic.step_fields()
         t0 = time.perf_counter()
         loss = self._forward_backward(self.model, x, y)
         t1 = time.perf_counter()
@@ -203,9 +203,8 @@ class PSOverlap(BucketHooks, Strategy):
         t3 = time.perf_counter()
         self._steps += 1
         return StepStats(loss=loss, compute_s=t1 - t0, comm_s=self._busy_s, comm_wait_s=t2 - t1,
-                         update_s=t3 - t2, step_s=t3 - t0,
-                         bytes_sent=self.comm.traffic.sent_bytes - sent0,
-                         bytes_recv=self.comm.traffic.recv_bytes - recv0, images=len(x))
+                         update_s=t3 - t2, step_s=t3 - t0, images=len(x),
+                         **since(before, self.comm.traffic))
 
     def end_chunk(self) -> None:
         if self.colocated:
@@ -222,7 +221,7 @@ class PSOverlap(BucketHooks, Strategy):
         hdrs = [torch.zeros(2, dtype=torch.int64) for _ in range(n)]
         while True:
             t0 = time.perf_counter()
-            sent0, recv0 = c.traffic.sent_bytes, c.traffic.recv_bytes
+            before = c.traffic.step_fields()
             c.wait_all([c.irecv(hdrs[w], w, tag=TAG_HDR) for w in range(n)])
             kinds = [int(h[0]) for h in hdrs]
             if chunk_over(kinds, STOP, self.rank):
@@ -241,8 +240,7 @@ class PSOverlap(BucketHooks, Strategy):
             c.wait_all(sends)
             t2 = time.perf_counter()
             rows.append(StepStats(comm_s=t2 - t1 - update, update_s=update, idle_s=t1 - t0,
-                                  step_s=t2 - t1, bytes_sent=c.traffic.sent_bytes - sent0,
-                                  bytes_recv=c.traffic.recv_bytes - recv0))
+                                  step_s=t2 - t1, **since(before, c.traffic)))
 
     def close(self) -> None:
         if not self.is_worker:
