@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ddlstudy.collectives.common import Comm, _pieces
-from ddlstudy.collectives.placement import TIERS, tier
+from ddlstudy.collectives.placement import split
 
 
 def ps(c: Comm, x: torch.Tensor) -> None:
@@ -57,23 +57,14 @@ def ps_traffic(nbytes: int, p: int, rank: int) -> tuple[int, int]:
 def ps_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
     """Per tier at k ranks per node: the server (rank 0) exchanges one buffer each way with
     every worker, intra-node for the workers of its own node."""
-    if p == 1:
-        return {t: (0, 0) for t in TIERS}
-    if rank == 0:
-        near = min(k, p) - 1
-        return {"intra": (near * nbytes,) * 2, "inter": ((p - 1 - near) * nbytes,) * 2}
-    where = tier(rank, 0, k)
-    return {t: (nbytes, nbytes) if t == where else (0, 0) for t in TIERS}
+    peers = range(1, p) if rank == 0 else [0]
+    return split(rank, k, [(q, nbytes, nbytes) for q in peers])
 
 
 def ps_sharded_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:
     """Per tier at k ranks per node: 2 n/p to and from every other rank (push, then pull)."""
-    per_peer = 2 * (nbytes // p) if p > 1 else 0
-    out = {t: 0 for t in TIERS}
-    for q in range(p):
-        if q != rank:
-            out[tier(rank, q, k)] += per_peer
-    return {t: (v, v) for t, v in out.items()}
+    per_peer = 2 * (nbytes // p)
+    return split(rank, k, [(q, per_peer, per_peer) for q in range(p) if q != rank])
 
 
 def ps_terms(n: float, p: int, segment_bytes: int) -> tuple[float, float, float]:

@@ -11,7 +11,7 @@ import math
 import torch
 
 from ddlstudy.collectives.common import Comm, _pieces
-from ddlstudy.collectives.placement import TIERS, tier
+from ddlstudy.collectives.placement import split
 from ddlstudy.collectives.transports import Handle
 
 
@@ -86,10 +86,7 @@ def ring_tiers(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, i
     and comes from the left, so a rank's bytes are inter-node where that neighbour is on
     another node (a node's last rank sends out, its first receives in)."""
     sent, recv = ring_traffic(nbytes, p, rank) if p > 1 else (0, 0)
-    out = {t: [0, 0] for t in TIERS}
-    out[tier(rank, (rank + 1) % p, k)][0] += sent
-    out[tier(rank, (rank - 1) % p, k)][1] += recv
-    return {t: (a, b) for t, (a, b) in out.items()}
+    return split(rank, k, [((rank + 1) % p, sent, 0), ((rank - 1) % p, 0, recv)])
 
 
 def ring_terms(n: float, p: int, segment_bytes: int) -> tuple[float, float, float]:
