@@ -180,3 +180,20 @@ def test_replaying_grids_may_start_more_engines_per_core(monkeypatch) -> None:
     assert _engines_per_core([]) == MAX_ENGINES_PER_CORE
     with pytest.raises(ClusterError, match="would thrash"):
         Cluster(workers=33).start()
+
+
+def test_engines_that_never_register_say_why() -> None:
+    """The engines cannot start (an argument ipengine refuses): the start times out, and
+    the error carries each engine launcher's state and last output, so the cause is on screen;
+    nothing is left running."""
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.LocalEngineLauncher.engine_args = ["--no-such-flag-for-ddlstudy"]
+    cluster = Cluster(workers=2, start_timeout_s=20, config=cfg)
+    with pytest.raises(ClusterError) as err:
+        cluster.start()
+    text = str(err.value)
+    assert "2 engines not ready in 20" in text and "engine launchers' output" in text
+    assert text.count("  engine ") == 2 and "no-such-flag-for-ddlstudy" in text
+    assert not any(psutil.pid_exists(p) for p in cluster._pids)

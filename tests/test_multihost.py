@@ -17,6 +17,7 @@ import ipaddress
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,11 @@ def test_engines_on_three_hosts_grouped_by_host(hosts: Any, ssh_cluster: Any) ->
     infos = engines_placed(ssh_cluster, hosts, SLOTS, log,
                            note=lambda info: f" code {info['code_hash']}")
     assert len({i["host"] for i in infos}) == 3
+    # the hosts' rank -> node map reaches every engine; 2 + 1 + 1 is no single gpus_per_node
+    got = ssh_cluster.run(os.getenv, "DDLSTUDY_RANK_NODES", world_size=ssh_cluster.size)
+    assert got == ["0,0,1,2"] * 4
+    assert ssh_cluster.run(os.getenv, "DDLSTUDY_GPUS_PER_NODE",
+                           world_size=ssh_cluster.size) == [None] * 4
 
 
 @heavy
@@ -148,6 +154,17 @@ def local_cluster() -> Iterator[Any]:
 
     with Cluster(workers=4, threads_per_engine=1, collective_timeout_s=60) as cluster:
         yield cluster
+
+
+@heavy
+def test_hierarchical_refuses_hosts_of_unequal_size(ssh_cluster: Any) -> None:
+    """h0:2,h1:1,h2:1: nodes of k cannot describe the hosts, so the hierarchical all-reduce says
+    so (every rank, before any message) instead of reducing across a node it thinks it is in."""
+    from ddlstudy.train.trainer import TrainConfig, train
+
+    config = TrainConfig(strategy="allreduce", algorithm="hierarchical", workers=4, **TINY)
+    with pytest.raises(ValueError, match="does not match the hosts.*same number of engines"):
+        train(ssh_cluster, config, progress=False)
 
 
 @heavy
@@ -239,12 +256,19 @@ def test_train_cli_across_hosts_with_a_remote_root(hosts: Any, local_cluster: An
     log(f"train cli ({time.monotonic() - t0:.1f} s, rc {proc.returncode}):\n{proc.stdout}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Launcher: ssh, ranks on hosts 0:h0, 1:h0, 2:h1, 3:h1" in proc.stdout
+    # the hosts decide the tiers: mean of ranks 0, 2 (to their host's other rank) and 1, 3 (to
+    # the next host), each half of the ring's bytes, as the analytic split says
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("Bytes sent per worker"))
+    intra, inter = (float(v) for v in re.findall(r"([\d.]+) MB", line))
+    assert intra > 0 and intra == inter, line
     assert f"engines work in {node_root}" in proc.stdout
     meta = json.loads((out / "meta.json").read_text())
     assert meta["params"]["data_root"] == "data"  # relative: resolved on each engine
     import pandas as pd
 
     steps = pd.read_csv(out / "steps.csv").sort_values(["step", "rank"])
+    leaves = steps.groupby("rank")["bytes_sent_inter"].max()
+    assert leaves[0] == leaves[2] == 0 and leaves[1] > 0 and leaves[3] > 0
     remote = [float(x) for x in steps["loss"]]
     local = _losses(train(local_cluster, TrainConfig(
         strategy="allreduce", algorithm="ring", workers=4, eval=False,

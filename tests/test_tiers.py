@@ -6,6 +6,8 @@ links' veth counts, now per rank.
 - in process (threads): counted == analytic per tier for every algorithm with a split, at even
   and uneven node sizes; intra + inter == the total for every algorithm;
 - the records' columns: tier_columns, the veth share per rank, the old-records conversion;
+- the hosts' map (DDLSTUDY_RANK_NODES, what the Cluster sets on several hosts) decides the
+  tiers over gpus_per_node, and a hierarchical all-reduce refuses a k it contradicts;
 - on local engines: a trained hierarchical and a flat ring at 2 ranks per node;
 - as root, the issue's command shape at 2 nodes x 2 GPUs (namespaces): per-tier bytes per step
   equal the analytic ones, and each node's veth carries its two ranks' inter-node bytes.
@@ -24,7 +26,18 @@ import pytest
 import torch
 
 from ddlstudy.collectives import ALGORITHMS, analytic_tiers, hand_written, run_local
-from ddlstudy.collectives.placement import ENV, set_env, tier, using_gpus_per_node
+from ddlstudy.collectives.placement import (
+    ENV,
+    ENV_RANK_NODES,
+    check_layout,
+    host_env,
+    k_of,
+    parse_rank_nodes,
+    set_env,
+    set_rank_nodes,
+    tier,
+    using_gpus_per_node,
+)
 from ddlstudy.network.emulated import netem
 from ddlstudy.network.emulated.wire import WireBytes
 from ddlstudy.records.migrate import wire_per_rank
@@ -56,6 +69,54 @@ def test_counted_tiers_are_the_analytic_ones(algorithm: str, p: int, k: int) -> 
             assert want is None
         else:
             assert want == got, (algorithm, p, k, r)
+
+
+# ------------------------------------------------------------------ the hosts' rank -> node map
+def test_host_env_from_the_ranks_hosts() -> None:
+    """What the Cluster gives its engines from each rank's hostname (ranks grouped by host)."""
+    assert host_env(["h0", "h0", "h1", "h1"]) == {ENV_RANK_NODES: "0,0,1,1", ENV: "2"}
+    assert host_env(["a", "a", "a", "b"]) == {ENV_RANK_NODES: "0,0,0,1", ENV: "3"}
+    assert host_env(["h0", "h0", "h1", "h2"]) == {ENV_RANK_NODES: "0,0,1,2"}  # no single k
+    assert host_env(["h0", "h1", "h1"]) == {ENV_RANK_NODES: "0,1,1"}  # smaller node first
+    assert host_env(["one", "one"]) == {}  # one host: gpus_per_node (or its namespaces) decide
+    with pytest.raises(ValueError, match="group ranks node by node"):
+        host_env(["h0", "h1", "h0"])
+    assert k_of((0, 0, 1)) == 2 and k_of((0, 1, 1)) is None and k_of(()) is None
+
+
+@pytest.mark.parametrize("text,needle", [("1,1", "node by node"), ("0,2", "node by node"),
+                                         ("0,x", "comma-separated")])
+def test_bad_rank_nodes_named(text: str, needle: str) -> None:
+    with pytest.raises(ValueError, match=f"{ENV_RANK_NODES}.*{needle}"):
+        parse_rank_nodes(text)
+
+
+def test_the_hosts_map_decides_the_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 ranks on hosts of 3 + 1 while gpus_per_node says 1: counted and analytic follow the
+    hosts (rank 2 -> 3 and 3 -> 0 leave their node, 0 -> 1 and 1 -> 2 do not)."""
+    monkeypatch.setenv(ENV_RANK_NODES, "0,0,0,1")
+    monkeypatch.delenv(ENV, raising=False)
+    assert tier(0, 2, 1) == "intra" and tier(2, 3, 1) == "inter"
+    _, traffic = run_local("ring", [torch.full((N,), float(r)) for r in range(4)])
+    for r, t in enumerate(traffic):
+        got = t.tiers()
+        assert got == analytic_tiers("ring", N * 4, 4, r, 1), r
+        assert (got["inter"][0] > 0) == (r in (2, 3)) and (got["intra"][0] > 0) == (r in (0, 1))
+
+
+def test_hierarchical_refuses_a_k_the_hosts_contradict(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_RANK_NODES, "0,0,1,1")
+    check_layout(4, 2)  # agrees: silent
+    xs = [torch.full((N,), float(r)) for r in range(4)]
+    with using_gpus_per_node(4), pytest.raises(ValueError, match="set gpus_per_node 2 or leave"):
+        run_local("hierarchical", xs)
+    monkeypatch.setenv(ENV_RANK_NODES, "0,0,1,2")
+    with pytest.raises(ValueError, match="same number of engines"):
+        run_local("hierarchical", xs)
+    monkeypatch.setenv(ENV_RANK_NODES, "0,0,1,1")
+    with using_gpus_per_node(2):
+        out, _ = run_local("hierarchical", xs)
+    assert all(torch.equal(o, torch.full((N,), 6.0)) for o in out)
 
 
 def test_what_leaves_a_node_hierarchical_vs_flat_ring() -> None:
@@ -180,6 +241,26 @@ def test_trained_run_records_tiers_equal_to_analytic(cluster, algorithm: str) ->
     if algorithm == "ring":  # ranks 1 and 3 send to the next node, 0 and 2 inside theirs
         by_rank = steps.groupby("rank")["bytes_sent_inter"].max()
         assert by_rank[0] == by_rank[2] == 0 and by_rank[1] > 0 and by_rank[3] > 0
+
+
+def test_trained_hierarchical_refuses_hosts_it_cannot_describe(cluster) -> None:
+    """Local engines given the map the Cluster sets on hosts of 2 + 1 + 1: the hierarchical run
+    stops with the one-line reason on every rank (no rank waits on a message), and the same
+    engines then train a ring whose tiers follow that map."""
+    from ddlstudy.train.trainer import TrainConfig, train
+
+    run = dict(model="mlp", dataset="digits", strategy="allreduce", workers=4, batch_size=8,
+               steps=2, warmup_steps=1, eval=False, bucket_mb=0.05)
+    cluster.run(set_rank_nodes, [0, 0, 1, 2], world_size=cluster.size)
+    try:
+        with pytest.raises(ValueError, match="does not match the hosts.*same number of engines"):
+            train(cluster, TrainConfig(algorithm="hierarchical", **run), progress=False)
+        res = train(cluster, TrainConfig(algorithm="ring", **run), progress=False)
+    finally:
+        cluster.run(set_rank_nodes, None, world_size=cluster.size)
+    leaves = res.steps.groupby("rank")["bytes_sent_inter"].max()
+    assert leaves[0] == 0 and leaves[1] > 0 and leaves[2] > 0 and leaves[3] > 0
+    assert res.row["bytes_sent_inter_per_step"] == res.row["analytic_bytes_sent_inter_per_step"]
 
 
 def test_fair_ps_counts_its_bytes_by_tier(cluster) -> None:

@@ -64,6 +64,7 @@ from ddlstudy.cluster.launchers import (
     interface_ipv4,
     launch_spec,
 )
+from ddlstudy.collectives.placement import host_env
 from ddlstudy.host import identity
 
 log = logging.getLogger(__name__)
@@ -428,8 +429,12 @@ class Cluster:
                     self._cluster.start_engines_sync()
                 self._write_pids()
                 self.client = self._cluster.connect_client_sync()
-                self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
-                                             interactive=False)
+                try:
+                    self.client.wait_for_engines(self.workers, timeout=self.start_timeout_s,
+                                                 interactive=False)
+                except TimeoutError as err:  # say what the missing engines' launchers printed
+                    raise ClusterError(f"{err}; the engine launchers' output (last lines):\n"
+                                       f"{self._launcher_tails()}") from None
             except BaseException:
                 self.stop()
                 raise
@@ -443,6 +448,22 @@ class Cluster:
             raise
         self._write_pids()
         return self
+
+    def _launcher_tails(self, lines: int = 6) -> str:
+        """One line per engine launcher (a local engine, ssh to a host, sbatch, mpiexec): its
+        state and the last `lines` lines it printed, for an engine that never registered."""
+        out = []
+        for es in self._cluster.engines.values() if self._cluster is not None else []:
+            for ident, lc in (getattr(es, "launchers", None) or {es.identifier: es}).items():
+                try:
+                    text = lc.get_output() or ""
+                except OSError as err:
+                    text = f"(output unreadable: {err})"
+                where = f" on {lc.hostname}" if getattr(lc, "hostname", "") else ""
+                last = [" ".join(x.split()) for x in text.strip().splitlines()[-lines:]]
+                tail = " | ".join(last) or "(no output)"
+                out.append(f"  engine {ident}{where} ({getattr(lc, 'state', '?')}): {tail}")
+        return "\n".join(out) or "  (no engine launcher)"
 
     def _scratch(self, rank: int) -> str | None:
         """Rank's temporary directory in this cluster's run folder (removed by `stop`); None for
@@ -481,9 +502,13 @@ class Cluster:
         for host in hosts:
             local_ranks.append(per_host.get(host, 0))
             per_host[host] = per_host.get(host, 0) + 1
+        # On several hosts the node of each rank is a fact: DDLSTUDY_RANK_NODES (and k where the
+        # hosts hold full nodes of one size) for the tier counts and the hierarchical all-reduce;
+        # an engine environment the user gave wins, and `placement.check_layout` judges it.
+        placed = host_env(hosts)
         pending = []
         for rank, eid in enumerate(self.engine_ids):
-            env = dict(self.engine_env)
+            env = {**placed, **self.engine_env}
             if rank < len(self.engine_env_per_rank):
                 env.update(self.engine_env_per_rank[rank])
             pending.append(self.client[eid].apply_async(

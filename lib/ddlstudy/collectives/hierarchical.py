@@ -2,7 +2,8 @@
 reduce-scatter inside each node, ring all-reduce of each rank's reduced shard across the nodes,
 ring all-gather inside the node.
 
-Nodes: ranks r // k share a node (k = `gpus_per_node()`, the last node may be smaller). Inside a
+Nodes: ranks r // k share a node (k = `gpus_per_node()`, the last node may be smaller; on real
+hosts the launcher sets k from them, and a k they contradict is refused). Inside a
 node of k ranks, local rank j ends the reduce-scatter owning chunk j of `bounds(n, k)`. Across
 nodes, the buffer is cut at every node's chunk boundaries (the common refinement of
 `bounds(n, k_i)` over the node sizes k_i); each such segment has exactly one owner per node, and
@@ -25,6 +26,7 @@ import torch
 from ddlstudy.collectives.common import Comm, _pieces, bounds
 from ddlstudy.collectives.placement import (  # noqa: F401 - re-exported: the placement rule
     ENV,
+    check_layout,
     gpus_per_node,
     node_sizes,
     set_gpus_per_node,
@@ -107,8 +109,11 @@ def hierarchical_all_reduce(c: Comm, x: torch.Tensor, k: int) -> dict[str, tuple
 
 
 def hierarchical(c: Comm, x: torch.Tensor) -> None:
-    """The registered `hierarchical`: nodes of `gpus_per_node()` ranks."""
-    hierarchical_all_reduce(c, x, gpus_per_node())
+    """The registered `hierarchical`: nodes of `gpus_per_node()` ranks. ValueError where the
+    hosts' map (DDLSTUDY_RANK_NODES, set on real hosts) places the ranks otherwise."""
+    k = gpus_per_node()
+    check_layout(c.size, k)
+    hierarchical_all_reduce(c, x, k)
 
 
 def tier_traffic(nbytes: int, p: int, rank: int, k: int) -> dict[str, tuple[int, int]]:

@@ -30,8 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ddlstudy.collectives.placement import ENV_RANK_NODES
+
 ENV_DELAY = "DDLSTUDY_LATENCY_S"
-ENV_RANK_NODES = "DDLSTUDY_RANK_NODES"
 LABEL = "latency emulated in the transport (sender-side delay per message)"
 NOT_EMULATED = "not emulated: links are rate-shaped with tc tbf only (no netem qdisc here)"
 
