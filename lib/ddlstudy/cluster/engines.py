@@ -797,7 +797,8 @@ class Cluster:
         while len(set(self.client.ids) - old_ids) < self.workers:
             if time.monotonic() > deadline:
                 raise ClusterError(f"fresh engines did not register within "
-                                   f"{self.start_timeout_s:g} s")
+                                   f"{self.start_timeout_s:g} s; the engine launchers' output "
+                                   f"(last lines):\n{self._launcher_tails()}")
             time.sleep(POLL_S)
         self.engine_ids = sorted(set(self.client.ids) - old_ids)[: self.workers]
         self.infos, self.world_size = [], 0  # the dead ranks' pids must not fail the setup
