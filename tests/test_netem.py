@@ -172,6 +172,22 @@ def test_shaped_throughput_within_10_percent() -> None:
     assert r["wire_bps"] > r["payload_bps"]  # headers are on the wire, not in the payload
 
 
+@needs_netns
+def test_fan_measures_a_servers_link_over_a_common_window() -> None:
+    """2 flows into node 0, then 2 each way: rates over the window all flows ran, so the sum
+    cannot exceed the link (summing each flow over its own window gave up to 1.12 here)."""
+    with netem.EmulatedNetwork(3, "1GbE", 0.1, offload_off=False) as net:
+        with pytest.raises(ValueError, match="3 flows need 4 nodes"):
+            measure.measure_fan_throughput(net, 3)
+        alone = measure.measure_fan_throughput(net, 2, seconds=4.0, both=False)
+        both = measure.measure_fan_throughput(net, 2, seconds=4.0, both=True)
+    print(f"fan 2: in {alone['in_ratio']:.3f}; each way in {both['in_ratio']:.3f}, out "
+          f"{both['out_ratio']:.3f} over {both['window_s']:.1f} s")
+    assert alone["out_ratio"] == 0 and 0.5 < alone["in_ratio"] <= 1.03
+    assert 0.5 < both["in_ratio"] <= 1.03 and 0.5 < both["out_ratio"] <= 1.03
+    assert both["window_s"] >= 2.0
+
+
 @pytest.mark.slow
 @needs_netns
 @pytest.mark.parametrize("profile", ["1GbE", "25GbE", "IB-EDR"])

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ddlstudy.network.emulated.netem import (
@@ -124,6 +125,115 @@ def measure_ring_throughput(net: EmulatedNetwork, seconds: float = 2.0) -> dict[
 
 
 
+# A sink that keeps (wall time, bytes so far) marks, so flows started one after another are
+# compared over the window all of them were running (each sink's own first-byte clock is not
+# common to the others: summing per-flow rates over their own windows overstates the total).
+_MARK_SINK = r"""
+import json, socket, sys, time
+s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept(); buf = bytearray(1 << 20); marks = []; n = 0
+while True:
+    k = c.recv_into(buf)
+    if not k: break
+    n += k; marks.append((time.time(), n))
+print(json.dumps(marks[::20] + marks[-1:]))
+"""
+
+
+def _bytes_at(marks: Sequence[Sequence[float]], t: float) -> float:
+    """Bytes a sink had received by wall time t (its last mark at or before t)."""
+    got = 0.0
+    for when, n in marks:
+        if when > t:
+            break
+        got = n
+    return got
+
+
+def measure_fan_throughput(net: EmulatedNetwork, flows: int, seconds: float = 4.0,
+                           both: bool = True) -> dict[str, Any]:
+    """A parameter server's link: nodes 1..flows each send to node 0 at once (incast) and, with
+    `both`, node 0 sends to each of them meanwhile. Returns node 0's payload rates in and out
+    as fractions of the emulated rate, over the window every flow was running (its first
+    second, slow start, left out), and how unequally the incoming flows shared the link
+    (fastest / slowest flow's rate). ValueError for flows outside 1..n_nodes-1."""
+    if not 1 <= flows < net.n_nodes:
+        raise ValueError(f"{flows} flows need {flows + 1} nodes, the network has {net.n_nodes}")
+    pairs = [(w, 0) for w in range(1, flows + 1)]
+    pairs += [(0, w) for w in range(1, flows + 1)] if both else []
+    sinks = [subprocess.Popen([*net.exec_prefix(d), sys.executable, "-c", _MARK_SINK,
+                               net.ips[d]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _, d in pairs]
+    sources: list[subprocess.Popen[str]] = []
+    try:
+        ports = [s.stdout.readline().strip() if s.stdout else "" for s in sinks]
+        if not all(p.isdigit() for p in ports):
+            raise NetemError("throughput sink failed to start")
+        sources = [subprocess.Popen([*net.exec_prefix(src), sys.executable, "-c", _SOURCE,
+                                     net.ips[dst], port, str(seconds)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                   for (src, dst), port in zip(pairs, ports, strict=True)]
+        for src in sources:
+            src.wait(timeout=seconds + 60)
+        marks = [json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1])
+                 for s in sinks]
+    finally:
+        for proc in [*sources, *sinks]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    a = max(m[0][0] for m in marks) + 1.0
+    b = min(m[-1][0] for m in marks) - 0.25
+    if b - a < 0.5:
+        raise NetemError(f"the {len(pairs)} flows ran together for {b - a + 1.25:.1f} s only: "
+                         "give --seconds 4 or more")
+    rate = net.profile["emulated_rate_bps"]
+
+    def ratio(keep: Any) -> float:
+        moved = sum(_bytes_at(m, b) - _bytes_at(m, a)
+                    for pair, m in zip(pairs, marks, strict=True) if keep(pair))
+        return moved * 8 / (b - a) / rate
+
+    inflow = sorted(ratio(lambda p, w=w: p == (w, 0)) for w in range(1, flows + 1))
+    return {"flows": flows, "both": both, "window_s": b - a, "target_bps": rate,
+            "in_ratio": ratio(lambda p: p[1] == 0), "out_ratio": ratio(lambda p: p[0] == 0),
+            "in_flow_spread": inflow[-1] / inflow[0] if inflow[0] > 0 else float("inf")}
+
+
+def _fan(profile: str, scale: float | None, seconds: float, flows: int,
+         out: str | None = None) -> int:
+    """`--fan N`: node 0's link with 1..N flows in, then each way, on links of `profile`;
+    `out`: the trials as JSON beside the run's meta (code version, host, argv)."""
+    trials = []
+    with EmulatedNetwork(flows + 1, profile, scale, offload_off=False) as net:
+        print(f"profile {profile} at {_bps(net.profile['emulated_rate_bps'])} per link, "
+              f"offload on (as training runs); payload per emulated bit on node 0's link "
+              f"(the headers of full {net.mtu}-byte frames leave "
+              f"{(net.mtu - (HEADER_BYTES - 14)) / (net.mtu + 14):.3f}; offloaded super-packets "
+              f"carry fewer)")
+        for n in sorted({1, *range(2, flows + 1, max(1, flows // 3)), flows}):
+            for both in (False, True):
+                r = measure_fan_throughput(net, n, seconds, both)
+                trials.append(r)
+                print(f"  {n} flow(s) in{' and out' if both else ''}: in {r['in_ratio']:.3f}"
+                      + (f", out {r['out_ratio']:.3f}" if both else "")
+                      + (f"; fastest / slowest flow in {r['in_flow_spread']:.2f}" if n > 1
+                         else "") + f" (over {r['window_s']:.1f} s)")
+        network = net.describe()
+    if out:
+        from ddlstudy.records.store import run_meta
+
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**run_meta({"profile": profile, "scale": scale,
+                                                "seconds": seconds, "flows": flows}),
+                                    "network": network, "trials": trials},
+                                   indent=1, default=str) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
 def _check(profile: str, scale: float | None, seconds: float) -> int:
     with EmulatedNetwork(2, profile, scale) as net:
         d = net.describe()
@@ -196,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the link profile to check (network profile, as training.network)")
     parser.add_argument("--scale", type=float, default=None,
                         help="rate scale factor (default: calibrated per profile, scale_for)")
+    parser.add_argument("--fan", type=int, default=0, metavar="N",
+                        help="a parameter server's link: up to N flows into node 0, then N each "
+                        "way at once (incast and its reverse), payload vs the emulated rate")
+    parser.add_argument("--out", default=None, metavar="FILE",
+                        help="with --fan: write the trials and the run's meta as JSON here")
     parser.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
     if args.cleanup:
@@ -231,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.check:
             return _check(args.profile, args.scale, args.seconds)
+        if args.fan:
+            if not 1 <= args.fan <= 16:
+                print(f"error: --fan must be in 1..16 flows, got {args.fan}", file=sys.stderr)
+                return 2
+            return _fan(args.profile, args.scale, max(args.seconds, 4.0), args.fan, args.out)
         for name in PROFILES:
             info = profile_info(name, args.scale)
             print(f"{name:7s} real {_bps(info['real_rate_bps']):>16s}  emulated "
