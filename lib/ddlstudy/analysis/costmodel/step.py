@@ -41,13 +41,9 @@ Beyond one GPU per node on one flat link (the defaults, what the emulated refere
   had stood in for it, from 8.3 to 1.3 ms. Not charged (no parameter-free form): TCP sharing
   a bottleneck unequally among its flows, which the overlapped PS's per-bucket wait for every
   worker's push turns into idle pull time (its workers end 0.4-6.7 s apart on shi2019, where
-  equal sharing ends them together), and host contention (`contention.py`). The links are
-  not short of capacity there: `python -m ddlstudy.netem --fan 6` (a server's link with N
-  flows in, then N each way; results/netem/fan-1GbE-x0.1-r*.json, 3 runs at 100 Mbit/s) held
-  0.92-0.96 of the rate in each direction at every N from 1 to 6, while the incoming flows'
-  rates spread apart from 4 flows on (fastest / slowest 5.9-137 at 4-6 flows; 1.00-1.01 at 2
-  flows in alone): tbf's one FIFO queue, no fair queueing (this kernel has no fq, sfq or
-  fq_codel qdisc), as a shallow-buffered switch port.
+  equal sharing ends them together), and host contention (`contention.py`). Measured by
+  `netem --fan` (results/netem/README.md): a server's link stays full (0.92-0.96 of the rate
+  each way at 1-6 flows), but 4-6 incoming flows share it 6-137x unequally (one FIFO queue).
 - Sharded data parallelism (`sharded_step`: zero1, zero2, zero3, fsdp): a ring reduce-scatter
   and a ring all-gather per unit, (p-1)/p of the unit's bytes and p-1 messages each, so ZeRO-1
   and -2 move a ring all-reduce's volume (2(p-1)/p Psi) and ZeRO-3 / FSDP 1.5x that (the
