@@ -87,31 +87,37 @@ def measure_throughput(net: EmulatedNetwork, src: int = 0, dst: int = 1,
     }
 
 
-def measure_ring_throughput(net: EmulatedNetwork, seconds: float = 2.0) -> dict[str, Any]:
-    """Every node sends to the next at once (a ring, as all-reduce loads the links): the total
-    payload rate all links carried together, the host's aggregate ceiling when unshaped."""
-    n = net.n_nodes
-    sinks = [subprocess.Popen([*net.exec_prefix(d), sys.executable, "-c", _SINK, net.ips[d]],
+def _flows(net: EmulatedNetwork, pairs: Sequence[tuple[int, int]], seconds: float,
+           sink: str) -> list[Any]:
+    """One bulk TCP flow per (src, dst) node pair, all at once for `seconds`; each sink's last
+    output line (JSON), in pair order. Nothing is left running, whatever fails."""
+    sinks = [subprocess.Popen([*net.exec_prefix(d), sys.executable, "-c", sink, net.ips[d]],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for d in range(n)]
+             for _, d in pairs]
     sources: list[subprocess.Popen[str]] = []
     try:
         ports = [s.stdout.readline().strip() if s.stdout else "" for s in sinks]
         if not all(p.isdigit() for p in ports):
             raise NetemError("throughput sink failed to start")
-        sources = [subprocess.Popen([*net.exec_prefix(i), sys.executable, "-c", _SOURCE,
-                                     net.ips[(i + 1) % n], ports[(i + 1) % n], str(seconds)],
+        sources = [subprocess.Popen([*net.exec_prefix(src), sys.executable, "-c", _SOURCE,
+                                     net.ips[dst], port, str(seconds)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                   for i in range(n)]
+                   for (src, dst), port in zip(pairs, ports, strict=True)]
         for src in sources:
             src.wait(timeout=seconds + 60)
-        results = [json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1])
-                   for s in sinks]
+        return [json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1]) for s in sinks]
     finally:
         for proc in [*sources, *sinks]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def measure_ring_throughput(net: EmulatedNetwork, seconds: float = 2.0) -> dict[str, Any]:
+    """Every node sends to the next at once (a ring, as all-reduce loads the links): the total
+    payload rate all links carried together, the host's aggregate ceiling when unshaped."""
+    n = net.n_nodes
+    results = _flows(net, [(i, (i + 1) % n) for i in range(n)], seconds, _SINK)
     per_link = sorted(r["bytes"] * 8 / max(r["seconds"], 1e-9) for r in results)
     target = net.profile["emulated_rate_bps"]
     median = per_link[len(per_link) // 2]
@@ -119,10 +125,6 @@ def measure_ring_throughput(net: EmulatedNetwork, seconds: float = 2.0) -> dict[
             "min_link_payload_bps": per_link[0], "target_bps": target,
             "min_link_ratio": per_link[0] / target if target else None,
             "median_link_ratio": median / target if target else None}
-
-
-
-
 
 
 # A sink that keeps (wall time, bytes so far) marks, so flows started one after another are
@@ -162,27 +164,7 @@ def measure_fan_throughput(net: EmulatedNetwork, flows: int, seconds: float = 4.
         raise ValueError(f"{flows} flows need {flows + 1} nodes, the network has {net.n_nodes}")
     pairs = [(w, 0) for w in range(1, flows + 1)]
     pairs += [(0, w) for w in range(1, flows + 1)] if both else []
-    sinks = [subprocess.Popen([*net.exec_prefix(d), sys.executable, "-c", _MARK_SINK,
-                               net.ips[d]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _, d in pairs]
-    sources: list[subprocess.Popen[str]] = []
-    try:
-        ports = [s.stdout.readline().strip() if s.stdout else "" for s in sinks]
-        if not all(p.isdigit() for p in ports):
-            raise NetemError("throughput sink failed to start")
-        sources = [subprocess.Popen([*net.exec_prefix(src), sys.executable, "-c", _SOURCE,
-                                     net.ips[dst], port, str(seconds)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                   for (src, dst), port in zip(pairs, ports, strict=True)]
-        for src in sources:
-            src.wait(timeout=seconds + 60)
-        marks = [json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1])
-                 for s in sinks]
-    finally:
-        for proc in [*sources, *sinks]:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    marks = _flows(net, pairs, seconds, _MARK_SINK)
     a = max(m[0][0] for m in marks) + 1.0
     b = min(m[-1][0] for m in marks) - 0.25
     if b - a < 0.5:
