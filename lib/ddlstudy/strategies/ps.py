@@ -12,7 +12,8 @@ a header `[kind, version]` (int64) then, for a gradient, its shard; the server a
 gradient with a header `[version, staleness]` and the shard's new weights. At the end of each
 chunk of steps every worker sends a STOP header to every server, which ends the server's serve
 loop; the trainer starts the next loop with the next chunk. Headers are 16 bytes each way and
-are counted in the bytes like the payload (they are on the wire too).
+are counted in the bytes like the payload (they are on the wire too), and split by link tier by
+the peer's node (`collectives.placement`: the same rule as the Comm harness's counts).
 
 Devices (ddlstudy.collectives.device): payloads (gradients, weights, the server's buffers) live
 on the ranks' compute device, so on CUDA ranks they travel over NCCL; headers live on the
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 
 from ddlstudy.collectives.device import any_source_ok, group_backend, group_meta_device
+from ddlstudy.collectives.placement import TIERS, gpus_per_node, split
 from ddlstudy.strategies.base import (
     StepStats,
     Strategy,
@@ -43,6 +45,14 @@ from ddlstudy.strategies.base import (
 GRAD, STOP = 1, 2
 TAG_PUSH_HDR, TAG_PUSH, TAG_PULL_HDR, TAG_PULL = 101, 102, 103, 104
 HEADER_BYTES = 2 * 8
+
+
+def tier_fields(rank: int, exchanges: list[tuple[int, int, int]]) -> dict[str, float]:
+    """`StepStats`' per-tier byte fields of global `rank` from its (peer, sent, received) bytes
+    of one step (`placement.split` at this process's nodes)."""
+    t = split(rank, gpus_per_node(), exchanges)
+    return {f"bytes_{way}_{tier}": t[tier][i] for tier in TIERS
+            for i, way in enumerate(("sent", "recv"))}
 
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
@@ -108,17 +118,18 @@ class ParameterServer(Strategy):
         self._sync()
         t1 = time.perf_counter()
         torch.cat([p.grad.reshape(-1) for p in self.params], out=self.gbuf)
-        works, sent, recv = [], 0, 0
+        works, moved = [], []
         for s, (a, b) in enumerate(self.bounds):
             hdr = self.push_hdr[s]
             hdr[0], hdr[1] = GRAD, self.versions[s]
             works.append(dist.isend(hdr, n_srv[s], tag=TAG_PUSH_HDR))
             works.append(dist.isend(self.gbuf[a:b], n_srv[s], tag=TAG_PUSH))
-            sent += HEADER_BYTES + _nbytes(self.gbuf[a:b])
+            moved.append((n_srv[s], HEADER_BYTES + _nbytes(self.gbuf[a:b]),
+                          HEADER_BYTES + _nbytes(self.wbuf[a:b])))
         for s, (a, b) in enumerate(self.bounds):
             works.append(dist.irecv(self.pull_hdr[s], n_srv[s], tag=TAG_PULL_HDR))
             works.append(dist.irecv(self.wbuf[a:b], n_srv[s], tag=TAG_PULL))
-            recv += HEADER_BYTES + _nbytes(self.wbuf[a:b])
+        sent, recv = sum(m[1] for m in moved), sum(m[2] for m in moved)
         _wait(works, self.timeout_s, f"{self.name} push/pull on worker {self.rank}")
         self._sync()
         t2 = time.perf_counter()
@@ -137,7 +148,8 @@ class ParameterServer(Strategy):
         # Push/pull blocks the worker: all of its communication time is exposed.
         return StepStats(loss=loss, compute_s=t1 - t0, comm_s=t2 - t1, comm_wait_s=t2 - t1,
                          update_s=t3 - t2, step_s=t3 - t0, bytes_sent=sent, bytes_recv=recv,
-                         images=len(x), staleness=staleness if not self.sync else [])
+                         images=len(x), staleness=staleness if not self.sync else [],
+                         **tier_fields(self.rank, moved))
 
     def end_chunk(self) -> None:
         works = []
@@ -205,7 +217,10 @@ class ParameterServer(Strategy):
             t4 = time.perf_counter()
             rows.append(StepStats(comm_s=(t2 - t1) + (t4 - t3), update_s=t3 - t2, idle_s=t1 - t0,
                                   step_s=t4 - t1, bytes_recv=n * (HEADER_BYTES + shard_bytes),
-                                  bytes_sent=n * (HEADER_BYTES + shard_bytes)))
+                                  bytes_sent=n * (HEADER_BYTES + shard_bytes),
+                                  **tier_fields(self.rank, [(w, HEADER_BYTES + shard_bytes,
+                                                             HEADER_BYTES + shard_bytes)
+                                                            for w in range(n)])))
 
     def _serve_async(self) -> list[StepStats]:
         dist, n = self.dist, self.layout.workers
@@ -240,7 +255,9 @@ class ParameterServer(Strategy):
             rows.append(StepStats(comm_s=(t2 - t1) + (t4 - t3), update_s=t3 - t2, idle_s=t1 - t0,
                                   step_s=t4 - t1, bytes_recv=HEADER_BYTES + shard_bytes,
                                   bytes_sent=HEADER_BYTES + shard_bytes, staleness=[staleness],
-                                  source=src))
+                                  source=src,
+                                  **tier_fields(self.rank, [(src, HEADER_BYTES + shard_bytes,
+                                                             HEADER_BYTES + shard_bytes)])))
         return rows
 
 
