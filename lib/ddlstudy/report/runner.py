@@ -88,9 +88,12 @@ def records_digest(study_digest: str, parameters: dict[str, Any]) -> str:
 
 
 # The kernel app logs "Kernel is running over TCP without encryption" at WARNING once per
-# chapter (ipykernel kernelapp.init_sockets; local kernels talk over loopback): its own logger
-# only goes to ERROR, the chapters' warnings and errors are untouched.
-KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+# chapter (ipykernel kernelapp.init_sockets; local kernels talk over loopback), and, when a
+# signal stops the report while a cell runs, an ERROR with a zmq traceback ("Socket operation
+# on non-socket": papermill closed the kernel's sockets while it replied; about 1 in 3 SIGTERMs
+# here). Its own logger goes to CRITICAL only; the chapters' warnings and errors (cell outputs,
+# papermill's exception, a dead kernel) are untouched.
+KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
 READS_OTHERS = "99_conclusions"  # the chapter that reads every other chapter's records
 
 
