@@ -218,6 +218,7 @@ def test_cli_check_inside_the_namespaces(hosts: Any) -> None:
     lines = proc.stdout.splitlines()
     table = [line.split() for line in lines[1:5]]
     assert [(int(r[0]), r[2]) for r in table] == [(0, "h0"), (1, "h0"), (2, "h1"), (3, "h1")]
+    assert [int(r[3]) for r in table] == [0, 0, 1, 1]  # the node column: the hosts' map
     assert f"rendezvous: tcp://{hosts.ips[0]}:" in proc.stdout
     start = next(i for i, line in enumerate(lines) if line.startswith("ping-pong"))
     peers = [int(line.split()[0]) for line in lines[start + 2:] if line.strip()]

@@ -64,7 +64,7 @@ from ddlstudy.cluster.launchers import (
     interface_ipv4,
     launch_spec,
 )
-from ddlstudy.collectives.placement import host_env
+from ddlstudy.collectives.placement import gpus_per_node, host_env, node_of
 from ddlstudy.host import identity
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,8 @@ def _engine_info() -> dict[str, Any]:
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     return {
         "rank": engine_rank(), "local_rank": _ENGINE.get("local_rank", 0),
-        "host": socket.gethostname(), "ip": host_ip(), "pid": os.getpid(),
+        "host": socket.gethostname(), "node": node_of(engine_rank(), gpus_per_node()),
+        "ip": host_ip(), "pid": os.getpid(),
         "device": device, "device_name": name, "threads": torch.get_num_threads(),
         "root": os.getcwd(), "package": str(Path(__file__).resolve().parents[1]),
         **versions(),
@@ -1084,8 +1085,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Cluster(workers=args.workers, profile=args.profile, launch=launch,
                      start_timeout_s=args.start_timeout) as cluster:
-            print(format_table(cluster.info(), ["rank", "local_rank", "host", "ip", "pid",
-                                                "device", "threads"]))
+            print(format_table(cluster.info(), ["rank", "local_rank", "host", "node", "ip",
+                                                "pid", "device", "threads"]))
             if args.check and cluster.size > 1:
                 cluster.init_process_group()
                 print(f"\nrendezvous: {cluster.init_method}")
