@@ -42,7 +42,7 @@ Beyond one GPU per node on one flat link (the defaults, what the emulated refere
   a bottleneck unequally among its flows, which the overlapped PS's per-bucket wait for every
   worker's push turns into idle pull time (its workers end 0.4-6.7 s apart on shi2019, where
   equal sharing ends them together), and host contention (`contention.py`). Measured by
-  `netem --fan` (results/netem/README.md): a server's link stays full (0.92-0.96 of the rate
+  `netem --fan` (results/netem/README.md): a server's link stays full (0.89-0.96 of the rate
   each way at 1-6 flows), but 4-6 incoming flows share it 6-137x unequally (one FIFO queue).
 - Sharded data parallelism (`sharded_step`: zero1, zero2, zero3, fsdp): a ring reduce-scatter
   and a ring all-gather per unit, (p-1)/p of the unit's bytes and p-1 messages each, so ZeRO-1
