@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddlstudy.collectives.placement import ENV_RANK_NODES
+from ddlstudy.collectives.placement import ENV_RANK_NODES, parse_rank_nodes
 
 ENV_DELAY = "DDLSTUDY_LATENCY_S"
 LABEL = "latency emulated in the transport (sender-side delay per message)"
@@ -66,12 +66,7 @@ def parse(delay: str, rank_nodes: str) -> Setting:
         raise ValueError(f"{ENV_DELAY} must be seconds, got {delay!r}") from None
     if not 0 <= d < 10:
         raise ValueError(f"{ENV_DELAY} must be in [0, 10) seconds, got {d!r}")
-    try:
-        nodes = tuple(int(x) for x in rank_nodes.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"{ENV_RANK_NODES} must be comma-separated node indices, "
-                         f"got {rank_nodes!r}") from None
-    return Setting(d, nodes)
+    return Setting(d, parse_rank_nodes(rank_nodes))
 
 
 def current() -> Setting:

@@ -63,7 +63,7 @@ def set_rank_nodes(nodes: Sequence[int] | None) -> None:
     if nodes is None:
         os.environ.pop(ENV_RANK_NODES, None)
     else:
-        os.environ[ENV_RANK_NODES] = ",".join(map(str, parse_rank_nodes(",".join(map(str, nodes)))))
+        os.environ[ENV_RANK_NODES] = format_rank_nodes(nodes)
 
 
 @contextmanager
@@ -95,6 +95,14 @@ def parse_rank_nodes(text: str) -> tuple[int, ...]:
         raise ValueError(f"{ENV_RANK_NODES} must group ranks node by node (0,0,1,1,2...), "
                          f"got {text!r}")
     return nodes
+
+
+def format_rank_nodes(nodes: Sequence[int]) -> str:
+    """(0, 0, 1) -> "0,0,1", the variable's form; ValueError as `parse_rank_nodes` for a map
+    that does not group ranks node by node."""
+    text = ",".join(map(str, nodes))
+    parse_rank_nodes(text)
+    return text
 
 
 def rank_nodes() -> tuple[int, ...]:
@@ -158,7 +166,7 @@ def host_env(hosts: Sequence[str]) -> dict[str, str]:
         if h not in order:
             order.append(h)
     nodes = [order.index(h) for h in hosts]
-    env = {ENV_RANK_NODES: ",".join(map(str, parse_rank_nodes(",".join(map(str, nodes)))))}
+    env = {ENV_RANK_NODES: format_rank_nodes(nodes)}
     if (k := k_of(nodes)) is not None:
         env[ENV] = str(k)
     return env

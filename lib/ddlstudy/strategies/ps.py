@@ -31,7 +31,8 @@ import torch
 from torch import nn
 
 from ddlstudy.collectives.device import any_source_ok, group_backend, group_meta_device
-from ddlstudy.collectives.placement import TIERS, gpus_per_node, split
+from ddlstudy.collectives.placement import gpus_per_node, split
+from ddlstudy.strategies.allreduce import TIER_COLUMNS
 from ddlstudy.strategies.base import (
     StepStats,
     Strategy,
@@ -51,8 +52,7 @@ def tier_fields(rank: int, exchanges: list[tuple[int, int, int]]) -> dict[str, f
     """`StepStats`' per-tier byte fields of global `rank` from its (peer, sent, received) bytes
     of one step (`placement.split` at this process's nodes)."""
     t = split(rank, gpus_per_node(), exchanges)
-    return {f"bytes_{way}_{tier}": t[tier][i] for tier in TIERS
-            for i, way in enumerate(("sent", "recv"))}
+    return {name: t[tier][way] for name, (tier, way) in TIER_COLUMNS.items()}
 
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
